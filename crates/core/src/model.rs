@@ -1,0 +1,195 @@
+//! The data a policy sees and returns: tenants, their per-interval usage, the
+//! device's state, and throttle caps. Plain values, no I/O, no clock.
+
+use crate::units::Rate;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a tenant reaches the device. VMs go through the hypervisor's block layer
+/// (slower per I/O, throttled at the VMM); containers go straight to the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TenantClass {
+    #[default]
+    Container,
+    Vm,
+}
+
+impl TenantClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TenantClass::Container => "container",
+            TenantClass::Vm => "vm",
+        }
+    }
+}
+
+/// Default weight, as for cgroup v2 `io.weight`.
+pub const DEFAULT_WEIGHT: f64 = 100.0;
+
+/// What a tenant is promised: a floor it can count on, an optional ceiling it
+/// never exceeds, and a weight for sharing what is left over.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantSpec {
+    pub name: String,
+    pub class: TenantClass,
+    pub floor: Option<Rate>,
+    pub ceiling: Option<Rate>,
+    pub weight: f64,
+}
+
+impl TenantSpec {
+    pub fn new(name: impl Into<String>, class: TenantClass) -> Self {
+        TenantSpec { name: name.into(), class, floor: None, ceiling: None, weight: DEFAULT_WEIGHT }
+    }
+
+    pub fn with_floor(mut self, floor: Rate) -> Self {
+        self.floor = Some(floor);
+        self
+    }
+
+    pub fn with_ceiling(mut self, ceiling: Rate) -> Self {
+        self.ceiling = Some(ceiling);
+        self
+    }
+}
+
+/// Read or write: the kernel throttles and counts them separately.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    Read,
+    Write,
+}
+
+/// One direction's traffic over an interval, as rates per second.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct DirUsage {
+    pub ios: f64,
+    pub bytes: f64,
+    /// The part of `ios` that was sequential (0 when unknown: priced as random,
+    /// which is the conservative choice).
+    pub seq_ios: f64,
+}
+
+impl DirUsage {
+    pub fn avg_size(&self) -> Option<f64> {
+        (self.ios > 0.0).then(|| self.bytes / self.ios)
+    }
+
+    fn scaled(&self, k: f64) -> DirUsage {
+        DirUsage { ios: self.ios * k, bytes: self.bytes * k, seq_ios: self.seq_ios * k }
+    }
+}
+
+/// A tenant's traffic over one control interval, as rates per second.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    pub read: DirUsage,
+    pub write: DirUsage,
+    /// Mean completion latency in microseconds, where the backend can see it.
+    pub latency_us: Option<f64>,
+}
+
+impl Usage {
+    pub fn dir(&self, d: Direction) -> &DirUsage {
+        match d {
+            Direction::Read => &self.read,
+            Direction::Write => &self.write,
+        }
+    }
+
+    pub fn iops(&self) -> f64 {
+        self.read.ios + self.write.ios
+    }
+
+    pub fn bytes_per_sec(&self) -> f64 {
+        self.read.bytes + self.write.bytes
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.iops() <= 0.0
+    }
+
+    /// The same mix at `k` times the rate.
+    pub fn scaled(&self, k: f64) -> Usage {
+        Usage { read: self.read.scaled(k), write: self.write.scaled(k), latency_us: self.latency_us }
+    }
+}
+
+/// Device-wide state over the interval, like iostat's `%util` and `aqu-sz`.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct DeviceSample {
+    /// Fraction of the interval with at least one I/O in flight (0..1).
+    pub utilisation: f64,
+    /// Mean number of I/Os queued or in flight at the device.
+    pub avg_queue: f64,
+}
+
+/// Throttle limits for one tenant; `None` means no limit. These map one to one
+/// onto blk-throttle's `{read,write}_{iops,bps}_device`, cgroup v2 `io.max`
+/// and QEMU's `iops_rd/iops_wr/bps_rd/bps_wr`.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Caps {
+    pub read_iops: Option<f64>,
+    pub write_iops: Option<f64>,
+    pub read_bps: Option<f64>,
+    pub write_bps: Option<f64>,
+}
+
+impl Caps {
+    pub const NONE: Caps = Caps { read_iops: None, write_iops: None, read_bps: None, write_bps: None };
+
+    pub fn is_unlimited(&self) -> bool {
+        *self == Caps::NONE
+    }
+
+    pub fn iops(&self, d: Direction) -> Option<f64> {
+        match d {
+            Direction::Read => self.read_iops,
+            Direction::Write => self.write_iops,
+        }
+    }
+
+    pub fn bps(&self, d: Direction) -> Option<f64> {
+        match d {
+            Direction::Read => self.read_bps,
+            Direction::Write => self.write_bps,
+        }
+    }
+
+    /// Kernel interfaces take whole numbers, and 0 means "no limit" there, so a
+    /// cap is rounded up and never below 1.
+    pub fn rounded(&self) -> Caps {
+        let r = |v: Option<f64>| v.map(|x| x.ceil().max(1.0));
+        Caps {
+            read_iops: r(self.read_iops),
+            write_iops: r(self.write_iops),
+            read_bps: r(self.read_bps),
+            write_bps: r(self.write_bps),
+        }
+    }
+}
+
+/// One tenant as the policy sees it at a decision.
+#[derive(Debug, Clone)]
+pub struct TenantSample {
+    pub spec: Arc<TenantSpec>,
+    /// `None` when there is no trustworthy sample this interval (first read,
+    /// counters went backwards, read failed): the policy keeps what it had.
+    pub usage: Option<Usage>,
+    /// The caps in force during the interval.
+    pub caps: Caps,
+}
+
+/// Everything a policy decides on. Time is given, never read.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    /// Time since the controller started.
+    pub now: Duration,
+    /// Length of the interval the samples cover.
+    pub interval: Duration,
+    pub device: Option<DeviceSample>,
+    pub tenants: &'a [TenantSample],
+}

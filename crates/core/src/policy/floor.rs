@@ -1,0 +1,441 @@
+//! `floor`: iofloor's own policy. Every tenant keeps the floor it was promised
+//! (stated in IOPS, bytes/s or cost), all unused capacity goes to whoever wants
+//! it, and everything is charged by device cost, not raw IOPS or bytes.
+//!
+//! Each control interval:
+//! 1. Price each tenant's usage, floor and ceiling in cost units with the
+//!    device cost model and the tenant's own I/O mix.
+//! 2. Decide whether the device is contended: the summed cost reaches `border`
+//!    of capacity, or (where the backend reports it) the device queue is above
+//!    `queue_knee`.
+//! 3. Estimate demand. A tenant pressing against its cap (using ≥ `pressing` of
+//!    it), or uncapped and above its floor during contention, may want more
+//!    than it gets: its demand is open. A tenant below its floor while the
+//!    device is overloaded may be starved by the queue: its whole floor is
+//!    reserved. Any other tenant wants what it uses plus `headroom`.
+//! 4. Share `target_utilisation` × capacity by weighted water-filling: first
+//!    every tenant's entitlement (its floor, or its demand if smaller), then
+//!    the rest by weight up to demand and ceiling. With `class_priority`,
+//!    containers are filled before VMs, so VMs are throttled first (seed 000).
+//! 5. Turn each share into kernel caps with the cost model. Tenants below their
+//!    floor are not capped. Caps tighten at once (reaction within one interval)
+//!    but loosen by at most `release_factor` per interval, and are removed once
+//!    they exceed the capacity: gradual release, no bursts.
+//!
+//! A cap is never set below what the tenant's floor entitles it to, unless the
+//! floors together exceed the device (admission control reports that case);
+//! then every entitlement is scaled down by the same factor.
+
+use super::{MixMemory, Policy, PolicyContext};
+use crate::model::{Caps, Snapshot, TenantClass};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FloorParams {
+    /// Share of capacity handed out while contended.
+    pub target_utilisation: f64,
+    /// Summed cost, as a share of capacity, from which the device counts as contended.
+    pub border: f64,
+    /// Device queue (iostat `aqu-sz`) above which the device counts as
+    /// overloaded. Without it, contention alone is taken as overload.
+    pub queue_knee: Option<f64>,
+    /// Room above current use left to a tenant that is below its floor and not starved.
+    pub headroom: f64,
+    /// Largest factor by which a cap may grow in one interval.
+    pub release_factor: f64,
+    /// Use/cap ratio from which a capped tenant counts as wanting more.
+    pub pressing: f64,
+    /// Fill containers before VMs when sharing what floors leave over.
+    pub class_priority: bool,
+    /// Where the backend reports per-tenant latency: a tenant below its floor
+    /// counts as starved when its mean latency exceeds this multiple of the
+    /// lowest it has shown; otherwise it is taken to want no more than it uses.
+    pub latency_factor: f64,
+}
+
+impl Default for FloorParams {
+    fn default() -> Self {
+        FloorParams {
+            target_utilisation: 0.97,
+            border: 0.9,
+            queue_knee: None,
+            headroom: 0.2,
+            release_factor: 1.5,
+            pressing: 0.9,
+            class_priority: true,
+            latency_factor: 2.0,
+        }
+    }
+}
+
+impl FloorParams {
+    /// Checks ranges; the error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let in_unit = |name: &str, v: f64| {
+            if v > 0.0 && v <= 1.0 {
+                Ok(())
+            } else {
+                Err(format!("floor policy `{name}` must be in (0, 1], got {v}"))
+            }
+        };
+        in_unit("target_utilisation", self.target_utilisation)?;
+        in_unit("border", self.border)?;
+        in_unit("pressing", self.pressing)?;
+        if !(self.release_factor > 1.0) {
+            return Err(format!("floor policy `release_factor` must be above 1, got {}", self.release_factor));
+        }
+        if !(self.headroom >= 0.0) {
+            return Err(format!("floor policy `headroom` must be zero or more, got {}", self.headroom));
+        }
+        if !(self.latency_factor > 1.0) {
+            return Err(format!("floor policy `latency_factor` must be above 1, got {}", self.latency_factor));
+        }
+        if let Some(k) = self.queue_knee {
+            if !(k > 0.0) {
+                return Err(format!("floor policy `queue_knee` must be positive, got {k}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct TenantState {
+    /// The cap in force, in cost units per second.
+    cap: Option<f64>,
+    /// Lowest mean latency seen (µs), drifting up slowly so it follows mix changes.
+    latency_floor_us: Option<f64>,
+}
+
+/// Per-interval upward drift of the latency baseline.
+const LATENCY_BASELINE_DRIFT: f64 = 1.01;
+
+pub struct FloorPolicy {
+    params: FloorParams,
+    ctx: PolicyContext,
+    mixes: MixMemory,
+    state: HashMap<String, TenantState>,
+}
+
+/// One tenant's figures for a decision, all in cost units per second.
+#[derive(Debug, Clone, Copy)]
+struct Priced {
+    usage: f64,
+    /// Cost of the floor at the tenant's mix (0 without a floor).
+    floor: f64,
+    ceiling: f64,
+    demand: f64,
+    weight: f64,
+    class: TenantClass,
+    pressing: bool,
+}
+
+impl FloorPolicy {
+    pub fn new(params: FloorParams, ctx: PolicyContext) -> Self {
+        FloorPolicy { params, ctx, mixes: MixMemory::default(), state: HashMap::new() }
+    }
+}
+
+/// Weighted water-filling: raises each `alloc[i]` towards `want[i]` in
+/// proportion to `weight[i]` until `budget` is spent. Returns what is left.
+fn water_fill(members: &[usize], alloc: &mut [f64], want: &[f64], weight: &[f64], mut budget: f64) -> f64 {
+    let mut open: Vec<usize> = members.iter().copied().filter(|&i| want[i] > alloc[i]).collect();
+    // Fill level per unit weight at which each member is satisfied.
+    open.sort_by(|&a, &b| ((want[a] - alloc[a]) / weight[a]).total_cmp(&((want[b] - alloc[b]) / weight[b])));
+    let mut weight_left: f64 = open.iter().map(|&i| weight[i]).sum();
+    let mut level = 0.0;
+    for (n, &i) in open.iter().enumerate() {
+        let need = (want[i] - alloc[i]) / weight[i];
+        let step = need - level;
+        if step * weight_left <= budget {
+            budget -= step * weight_left;
+            level = need;
+            weight_left -= weight[i];
+        } else {
+            level += budget / weight_left;
+            for &j in &open[n..] {
+                alloc[j] += level * weight[j];
+            }
+            for &j in &open[..n] {
+                alloc[j] = want[j];
+            }
+            return 0.0;
+        }
+    }
+    for &i in &open {
+        alloc[i] = want[i];
+    }
+    budget
+}
+
+impl Policy for FloorPolicy {
+    fn name(&self) -> &'static str {
+        "floor"
+    }
+
+    fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
+        let p = &self.params;
+        let cost = &self.ctx.cost;
+        let capacity = self.ctx.capacity;
+        let n = snapshot.tenants.len();
+        let mixes: Vec<_> = snapshot.tenants.iter().map(|t| self.mixes.observe(t)).collect();
+        self.mixes.retain(snapshot.tenants);
+        if self.state.len() > n {
+            let live: std::collections::HashSet<&str> =
+                snapshot.tenants.iter().map(|t| t.spec.name.as_str()).collect();
+            self.state.retain(|k, _| live.contains(k.as_str()));
+        }
+
+        let prev: Vec<TenantState> = snapshot
+            .tenants
+            .iter()
+            .map(|t| self.state.get(&t.spec.name).copied().unwrap_or_default())
+            .collect();
+        let usage: Vec<f64> = snapshot
+            .tenants
+            .iter()
+            .zip(&prev)
+            .map(|(t, st)| match t.usage {
+                Some(u) => cost.cost_rate(&u),
+                // No trustworthy sample: assume it used what it was allowed.
+                None => st.cap.unwrap_or(0.0),
+            })
+            .collect();
+        let total: f64 = usage.iter().sum();
+        let contended_by_cost = total >= p.border * capacity;
+        let overloaded = match (p.queue_knee, snapshot.device) {
+            (Some(knee), Some(dev)) => dev.avg_queue > knee,
+            _ => contended_by_cost,
+        };
+        let contended = contended_by_cost || overloaded;
+        // Only tenants doing I/O compete; one alone needs no cap but its ceiling.
+        let active = usage.iter().filter(|&&u| u > 0.0).count();
+        let capacity_to_share = if active >= 2 { p.target_utilisation * capacity } else { f64::INFINITY };
+        let latency_floor: Vec<Option<f64>> = snapshot
+            .tenants
+            .iter()
+            .zip(&prev)
+            .map(|(t, st)| {
+                let seen = t.usage.and_then(|u| u.latency_us).filter(|l| *l > 0.0);
+                match (st.latency_floor_us, seen) {
+                    (Some(b), Some(l)) => Some(l.min(b * LATENCY_BASELINE_DRIFT)),
+                    (b, l) => b.or(l),
+                }
+            })
+            .collect();
+
+        let priced: Vec<Priced> = snapshot
+            .tenants
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let mix = mixes[i].unwrap_or_default();
+                let floor = t.spec.floor.and_then(|f| cost.rate_to_cost(f, &mix)).unwrap_or(0.0);
+                let ceiling = t
+                    .spec
+                    .ceiling
+                    .and_then(|c| cost.rate_to_cost(c, &mix))
+                    .unwrap_or(f64::INFINITY);
+                let u = usage[i];
+                let pressing = prev[i].cap.is_some_and(|cap| u >= p.pressing * cap);
+                let latency = t.usage.and_then(|u| u.latency_us);
+                let starved = u > 0.0
+                    && u < floor
+                    && match (latency, latency_floor[i]) {
+                        (Some(l), Some(base)) => l > p.latency_factor * base,
+                        _ => overloaded,
+                    };
+                let demand = if pressing || (contended && u >= floor && prev[i].cap.is_none()) {
+                    f64::INFINITY
+                } else if starved {
+                    floor
+                } else {
+                    u * (1.0 + p.headroom)
+                };
+                Priced {
+                    usage: u,
+                    floor,
+                    ceiling,
+                    demand: demand.min(ceiling),
+                    weight: t.spec.weight.max(1e-9),
+                    class: t.spec.class,
+                    pressing,
+                }
+            })
+            .collect();
+
+        // Water-fill the target: entitlements first, then the rest by weight.
+        let budget = capacity_to_share;
+        let mut alloc: Vec<f64> = priced.iter().map(|t| t.floor.min(t.demand)).collect();
+        let entitled: f64 = alloc.iter().sum();
+        if budget.is_infinite() {
+            alloc = priced.iter().map(|t| t.demand).collect();
+        } else if entitled > budget {
+            // Floors exceed the device: shrink every entitlement alike.
+            let k = budget / entitled;
+            alloc.iter_mut().for_each(|a| *a *= k);
+        } else {
+            let want: Vec<f64> = priced.iter().map(|t| t.demand).collect();
+            let weight: Vec<f64> = priced.iter().map(|t| t.weight).collect();
+            let mut left = budget - entitled;
+            let groups: Vec<Vec<usize>> = if p.class_priority {
+                [TenantClass::Container, TenantClass::Vm]
+                    .iter()
+                    .map(|c| (0..n).filter(|&i| priced[i].class == *c).collect())
+                    .collect()
+            } else {
+                vec![(0..n).collect()]
+            };
+            for group in &groups {
+                left = water_fill(group, &mut alloc, &want, &weight, left);
+            }
+        }
+        let entitlement: Vec<f64> = alloc
+            .iter()
+            .zip(&priced)
+            .map(|(&a, t)| a.min(t.floor.min(t.demand)))
+            .collect();
+
+        let caps: Vec<Option<f64>> = (0..n)
+            .map(|i| {
+                let t = &priced[i];
+                let limited = |c: f64| -> Option<f64> {
+                    if c >= capacity && t.ceiling >= capacity {
+                        None
+                    } else {
+                        Some(c.min(t.ceiling))
+                    }
+                };
+                let grow = |c: f64| match prev[i].cap {
+                    Some(old) if c > old => c.min(old * p.release_factor),
+                    _ => c,
+                };
+                let ceiling_only = t.ceiling.is_finite().then_some(t.ceiling);
+                if !contended && !t.pressing {
+                    // No contention: loosen what is there.
+                    return match prev[i].cap {
+                        Some(old) => limited(old * p.release_factor),
+                        None => ceiling_only,
+                    };
+                }
+                if t.usage < t.floor && !t.pressing {
+                    // Below its floor: protected, never held back.
+                    return ceiling_only;
+                }
+                let c = grow(alloc[i]).max(entitlement[i]);
+                limited(c)
+            })
+            .collect();
+
+        snapshot
+            .tenants
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                self.state.insert(
+                    t.spec.name.clone(),
+                    TenantState { cap: caps[i], latency_floor_us: latency_floor[i] },
+                );
+                match (caps[i], mixes[i]) {
+                    (Some(c), Some(mix)) => cost.caps_for_cost(c, &mix),
+                    // A limit on a tenant we have never seen do I/O: price it as 4 KiB random.
+                    (Some(c), None) => cost.caps_for_cost(c, &Default::default()),
+                    (None, _) => Caps::NONE,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::testutil::*;
+    use std::time::Duration;
+
+    fn snap(tenants: &[crate::model::TenantSample], s: u64) -> Snapshot<'_> {
+        Snapshot { now: Duration::from_secs(s), interval: Duration::from_secs(1), device: None, tenants }
+    }
+
+    #[test]
+    fn water_fill_shares_by_weight_up_to_want() {
+        let mut alloc = vec![0.0, 0.0, 0.0];
+        let left = water_fill(&[0, 1, 2], &mut alloc, &[0.1, 10.0, 10.0], &[1.0, 1.0, 3.0], 1.0);
+        assert_eq!(left, 0.0);
+        assert!((alloc[0] - 0.1).abs() < 1e-12);
+        assert!((alloc[1] - 0.225).abs() < 1e-12, "{alloc:?}");
+        assert!((alloc[2] - 0.675).abs() < 1e-12);
+        let mut small = vec![0.0, 0.0];
+        let left = water_fill(&[0, 1], &mut small, &[0.1, 0.2], &[1.0, 1.0], 1.0);
+        assert!((left - 0.7).abs() < 1e-12);
+    }
+
+    #[test]
+    fn noisy_tenant_is_capped_to_leave_floors_in_one_interval() {
+        let mut p = FloorPolicy::new(FloorParams::default(), ctx());
+        // Device full (1,000 IOPS of 64 KiB); quiet tenants starved below their floors.
+        let tenants = vec![
+            tenant("noisy", Some(100.0), writes64k(900.0), Caps::NONE),
+            tenant("q1", Some(300.0), writes64k(60.0), Caps::NONE),
+            tenant("q2", Some(200.0), writes64k(40.0), Caps::NONE),
+        ];
+        let caps = p.decide(&snap(&tenants, 1));
+        let noisy = caps[0].write_iops.unwrap();
+        assert!((noisy - (970.0 - 500.0)).abs() < 1.0, "noisy cap {noisy}");
+        assert_eq!(caps[1], Caps::NONE);
+        assert_eq!(caps[2], Caps::NONE);
+    }
+
+    #[test]
+    fn caps_release_gradually_when_contention_ends() {
+        let mut p = FloorPolicy::new(FloorParams::default(), ctx());
+        let busy = vec![
+            tenant("noisy", Some(100.0), writes64k(900.0), Caps::NONE),
+            tenant("q", Some(500.0), writes64k(50.0), Caps::NONE),
+        ];
+        let first = p.decide(&snap(&busy, 1))[0];
+        let cap0 = first.write_iops.unwrap();
+        assert!((cap0 - 470.0).abs() < 1.0);
+        // The quiet tenant leaves; the noisy one presses against its cap.
+        let mut caps = first;
+        let mut seen = vec![cap0];
+        for s in 2..10 {
+            let now = caps.write_iops.unwrap_or(1000.0).min(1000.0);
+            let t = vec![
+                tenant("noisy", Some(100.0), writes64k(now), caps),
+                tenant("q", Some(500.0), writes64k(0.0), Caps::NONE),
+            ];
+            caps = p.decide(&snap(&t, s))[0];
+            match caps.write_iops {
+                Some(c) => seen.push(c),
+                None => break,
+            }
+        }
+        for pair in seen.windows(2) {
+            assert!(pair[1] > pair[0] && pair[1] <= pair[0] * 1.5 + 1e-6, "{seen:?}");
+        }
+        assert_eq!(caps, Caps::NONE, "released fully once alone: {seen:?}");
+        assert!(seen.len() >= 2, "released in steps, not at once: {seen:?}");
+    }
+
+    #[test]
+    fn small_ios_are_charged_by_cost() {
+        let mut p = FloorPolicy::new(FloorParams::default(), ctx());
+        // 4 KiB writes: 8,000 IOPS is only 32 MB/s, half the bandwidth, but half
+        // the device too in this model; with a starving neighbour it is capped.
+        let small = crate::model::Usage {
+            write: crate::model::DirUsage { ios: 14_000.0, bytes: 14_000.0 * 4096.0, seq_ios: 0.0 },
+            ..Default::default()
+        };
+        let tenants = vec![
+            tenant("small", Some(1000.0), small, Caps::NONE),
+            tenant("big", Some(400.0), writes64k(100.0), Caps::NONE),
+        ];
+        let caps = p.decide(&snap(&tenants, 1));
+        // Left with 0.97 - 0.4 of the device, at 1/16,000 device-seconds per I/O.
+        let cap = caps[0].write_iops.unwrap();
+        assert!((cap - 9120.0).abs() < 1.0, "small-I/O tenant cap {cap}");
+    }
+}

@@ -1,0 +1,181 @@
+//! Throttle policies. A policy takes a [`Snapshot`] and returns one [`Caps`]
+//! per tenant, in snapshot order. It never reads a clock or a file, so the
+//! simulator, the benchmark runner and the daemon all drive the same code.
+
+mod floor;
+mod static_caps;
+mod top_throttle;
+
+pub use floor::{FloorParams, FloorPolicy};
+pub use static_caps::StaticPolicy;
+pub use top_throttle::{TopThrottleParams, TopThrottlePolicy};
+
+use crate::cost::CostModel;
+use crate::model::{Caps, Snapshot, TenantSample, Usage};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// A throttle policy.
+pub trait Policy: Send {
+    fn name(&self) -> &'static str;
+
+    /// Decides the caps for every tenant of the snapshot, in its order.
+    fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps>;
+}
+
+/// What every policy knows about the device.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyContext {
+    pub cost: CostModel,
+    /// Capacity in cost units per second (1.0 when the cost model is exact).
+    pub capacity: f64,
+}
+
+/// The policies, by the names the CLI and the config files use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyKind {
+    None,
+    Static,
+    TopThrottle,
+    Floor,
+}
+
+impl PolicyKind {
+    pub const ALL: [PolicyKind; 4] =
+        [PolicyKind::None, PolicyKind::Static, PolicyKind::TopThrottle, PolicyKind::Floor];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyKind::None => "none",
+            PolicyKind::Static => "static",
+            PolicyKind::TopThrottle => "top-throttle",
+            PolicyKind::Floor => "floor",
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown policy `{0}` (known: none, static, top-throttle, floor)")]
+pub struct UnknownPolicy(pub String);
+
+impl FromStr for PolicyKind {
+    type Err = UnknownPolicy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PolicyKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| UnknownPolicy(s.to_string()))
+    }
+}
+
+/// Tunables of all policies; each section has defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyParams {
+    pub floor: FloorParams,
+    #[serde(rename = "top-throttle")]
+    pub top_throttle: TopThrottleParams,
+}
+
+/// Builds a policy by kind.
+pub fn build(kind: PolicyKind, params: &PolicyParams, ctx: PolicyContext) -> Box<dyn Policy> {
+    match kind {
+        PolicyKind::None => Box::new(NonePolicy),
+        PolicyKind::Static => Box::new(StaticPolicy::new(ctx)),
+        PolicyKind::TopThrottle => Box::new(TopThrottlePolicy::new(params.top_throttle.clone(), ctx)),
+        PolicyKind::Floor => Box::new(FloorPolicy::new(params.floor.clone(), ctx)),
+    }
+}
+
+/// Best effort: never throttles.
+#[derive(Debug, Default)]
+pub struct NonePolicy;
+
+impl Policy for NonePolicy {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+    fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
+        vec![Caps::NONE; snapshot.tenants.len()]
+    }
+}
+
+/// Remembers each tenant's last non-idle traffic shape, so floors stated in
+/// IOPS or bytes can be priced while the tenant is idle or unsampled.
+#[derive(Debug, Default)]
+pub(crate) struct MixMemory {
+    mixes: HashMap<String, Usage>,
+}
+
+impl MixMemory {
+    pub(crate) fn observe(&mut self, t: &TenantSample) -> Option<Usage> {
+        match t.usage {
+            Some(u) if !u.is_idle() => {
+                self.mixes.insert(t.spec.name.clone(), u);
+                Some(u)
+            }
+            _ => self.mixes.get(&t.spec.name).copied(),
+        }
+    }
+
+    pub(crate) fn retain(&mut self, tenants: &[TenantSample]) {
+        if self.mixes.len() > tenants.len() {
+            let live: std::collections::HashSet<&str> =
+                tenants.iter().map(|t| t.spec.name.as_str()).collect();
+            self.mixes.retain(|k, _| live.contains(k.as_str()));
+        }
+    }
+}
+
+/// Whole seconds of a duration as f64.
+pub(crate) fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    use crate::cost::{CostModel, CostParams};
+    use crate::model::*;
+    use crate::policy::PolicyContext;
+    use crate::units::Rate;
+    use std::sync::Arc;
+
+    /// A device whose write cost is all bandwidth: 1,000 64 KiB writes per second fill it.
+    pub fn ctx() -> PolicyContext {
+        PolicyContext {
+            cost: CostModel::new(CostParams {
+                rbps: 128e6,
+                rseqiops: 40_000.0,
+                rrandiops: 20_000.0,
+                wbps: 65.536e6,
+                wseqiops: 16_000.0,
+                wrandiops: 16_000.0,
+            })
+            .unwrap(),
+            capacity: 1.0,
+        }
+    }
+
+    pub fn writes64k(iops: f64) -> Usage {
+        Usage {
+            write: DirUsage { ios: iops, bytes: iops * 65536.0, seq_ios: 0.0 },
+            ..Default::default()
+        }
+    }
+
+    pub fn tenant(name: &str, floor_iops: Option<f64>, usage: Usage, caps: Caps) -> TenantSample {
+        let mut spec = TenantSpec::new(name, TenantClass::Container);
+        spec.floor = floor_iops.map(Rate::Iops);
+        TenantSample { spec: Arc::new(spec), usage: Some(usage), caps }
+    }
+}
