@@ -9,18 +9,19 @@
 //!    of capacity, or (where the backend reports it) the device queue is above
 //!    `queue_knee`.
 //! 3. Estimate demand. A tenant pressing against its cap (using ≥ `pressing` of
-//!    it), or uncapped and above its floor during contention, may want more
-//!    than it gets: its demand is open. A tenant below its floor while the
-//!    device is overloaded may be starved by the queue: its whole floor is
-//!    reserved. Any other tenant wants what it uses plus `headroom`.
+//!    it) may want more than it gets: its demand is open. A tenant below its
+//!    floor that is starved (its latency well above its best, or without
+//!    latency figures, the device overloaded) has its whole floor reserved.
+//!    Another tenant below its floor wants what it uses plus `headroom` (up to
+//!    the floor); any other tenant wants what it uses.
 //! 4. Share `target_utilisation` × capacity by weighted water-filling: first
 //!    every tenant's entitlement (its floor, or its demand if smaller), then
 //!    the rest by weight up to demand and ceiling. With `class_priority`,
 //!    containers are filled before VMs, so VMs are throttled first (seed 000).
-//! 5. Turn each share into kernel caps with the cost model. Tenants below their
-//!    floor are not capped. Caps tighten at once (reaction within one interval)
-//!    but loosen by at most `release_factor` per interval, and are removed once
-//!    they exceed the capacity: gradual release, no bursts.
+//! 5. Cap only the tenants whose demand exceeds their share, and turn each share
+//!    into kernel caps with the cost model. Caps tighten at once (reaction
+//!    within one interval) but loosen by at most `release_factor` per interval,
+//!    and are removed once they exceed the capacity: gradual release, no bursts.
 //!
 //! A cap is never set below what the tenant's floor entitles it to, unless the
 //! floors together exceed the device (admission control reports that case);
@@ -41,7 +42,7 @@ pub struct FloorParams {
     /// Device queue (iostat `aqu-sz`) above which the device counts as
     /// overloaded. Without it, contention alone is taken as overload.
     pub queue_knee: Option<f64>,
-    /// Room above current use left to a tenant that is below its floor and not starved.
+    /// Room above current use left to a tenant below its floor and not starved.
     pub headroom: f64,
     /// Largest factor by which a cap may grow in one interval.
     pub release_factor: f64,
@@ -122,7 +123,6 @@ pub struct FloorPolicy {
 /// One tenant's figures for a decision, all in cost units per second.
 #[derive(Debug, Clone, Copy)]
 struct Priced {
-    usage: f64,
     /// Cost of the floor at the tenant's mix (0 without a floor).
     floor: f64,
     ceiling: f64,
@@ -247,15 +247,17 @@ impl Policy for FloorPolicy {
                         (Some(l), Some(base)) => l > p.latency_factor * base,
                         _ => overloaded,
                     };
-                let demand = if pressing || (contended && u >= floor && prev[i].cap.is_none()) {
+                let demand = if pressing {
                     f64::INFINITY
                 } else if starved {
                     floor
+                } else if u < floor {
+                    // Below its floor but not starved: room to climb towards it.
+                    (u * (1.0 + p.headroom)).min(floor)
                 } else {
-                    u * (1.0 + p.headroom)
+                    u
                 };
                 Priced {
-                    usage: u,
                     floor,
                     ceiling,
                     demand: demand.min(ceiling),
@@ -312,20 +314,15 @@ impl Policy for FloorPolicy {
                     Some(old) if c > old => c.min(old * p.release_factor),
                     _ => c,
                 };
-                let ceiling_only = t.ceiling.is_finite().then_some(t.ceiling);
-                if !contended && !t.pressing {
-                    // No contention: loosen what is there.
+                let satisfied = alloc[i] >= t.demand;
+                if satisfied || (!contended && !t.pressing) {
+                    // Nothing to hold back: loosen what is there, step by step.
                     return match prev[i].cap {
                         Some(old) => limited(old * p.release_factor),
-                        None => ceiling_only,
+                        None => t.ceiling.is_finite().then_some(t.ceiling),
                     };
                 }
-                if t.usage < t.floor && !t.pressing {
-                    // Below its floor: protected, never held back.
-                    return ceiling_only;
-                }
-                let c = grow(alloc[i]).max(entitlement[i]);
-                limited(c)
+                limited(grow(alloc[i]).max(entitlement[i]))
             })
             .collect();
 

@@ -1,0 +1,219 @@
+//! Charts of a run, as SVG: the stacked per-tenant throughput of seed 001
+//! Fig. 3(a)(b), each tenant against its floor, and the device queue with the
+//! response time of Fig. 3(c)(d). Text is drawn with a bundled font, so no
+//! system font library is needed.
+
+use crate::record::RunRecord;
+use plotters::prelude::*;
+use std::sync::Once;
+
+static FONT: &[u8] = include_bytes!("../../../assets/DejaVuSans.ttf");
+static REGISTER: Once = Once::new();
+
+fn register_font() {
+    REGISTER.call_once(|| {
+        // Only fails if the bundled file is not a font, which a test would catch.
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+    });
+}
+
+const W: u32 = 900;
+const H: u32 = 360;
+
+fn palette(i: usize) -> RGBColor {
+    const COLOURS: [RGBColor; 10] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+    ];
+    COLOURS[i % COLOURS.len()]
+}
+
+/// The unit charts use: the tenants' common floor unit, else cost.
+fn chart_unit(run: &RunRecord) -> iofloor_core::units::RateUnit {
+    let first = run.tenants.first().map(|t| t.unit);
+    match first {
+        Some(u) if run.tenants.iter().all(|t| t.unit == u) => u,
+        _ => iofloor_core::units::RateUnit::Cost,
+    }
+}
+
+/// Scale and label for a unit's axis.
+fn axis(unit: iofloor_core::units::RateUnit) -> (f64, &'static str) {
+    use iofloor_core::units::RateUnit::*;
+    match unit {
+        Iops => (1.0, "IOPS"),
+        BytesPerSec => (1.0 / 1048576.0, "MiB/s"),
+        Cost => (100.0, "% of device (cost)"),
+    }
+}
+
+type ChartResult = Result<String, String>;
+
+fn err<E: std::fmt::Debug>(e: E) -> String {
+    format!("chart drawing failed: {e:?}")
+}
+
+/// Stacked per-tenant throughput over time.
+pub fn stacked_throughput(run: &RunRecord) -> ChartResult {
+    register_font();
+    let unit = chart_unit(run);
+    let (scale, label) = axis(unit);
+    let n = run.tenants.len();
+    let mut stacks: Vec<Vec<(f64, f64)>> = vec![Vec::new(); n];
+    let mut top = 0.0f64;
+    for w in &run.windows {
+        let mut acc = 0.0;
+        for i in 0..n {
+            acc += w.tenants[i].got.in_unit(unit) * scale;
+            stacks[i].push((w.t, acc));
+        }
+        top = top.max(acc);
+    }
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(format!("{} / {}: stacked throughput", run.scenario, run.policy), ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..run.duration_s.max(1.0), 0.0..(top * 1.1).max(1e-9))
+            .map_err(err)?;
+        chart.configure_mesh().x_desc("time (s)").y_desc(label).draw().map_err(err)?;
+        for i in (0..n).rev() {
+            let colour = palette(i);
+            chart
+                .draw_series(AreaSeries::new(stacks[i].iter().copied(), 0.0, colour.mix(0.8)).border_style(colour))
+                .map_err(err)?
+                .label(run.tenants[i].name.clone())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+/// Each tenant's throughput as a line, its floor dashed in the same colour.
+pub fn per_tenant_vs_floor(run: &RunRecord) -> ChartResult {
+    register_font();
+    let unit = chart_unit(run);
+    let (scale, label) = axis(unit);
+    let top = run
+        .windows
+        .iter()
+        .flat_map(|w| w.tenants.iter().map(|t| t.got.in_unit(unit) * scale))
+        .fold(0.0f64, f64::max)
+        .max(run.tenants.iter().filter_map(|t| t.floor).map(|f| f.value() * scale).fold(0.0, f64::max));
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(format!("{} / {}: each tenant against its floor (dashed)", run.scenario, run.policy), ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..run.duration_s.max(1.0), 0.0..(top * 1.1).max(1e-9))
+            .map_err(err)?;
+        chart.configure_mesh().x_desc("time (s)").y_desc(label).draw().map_err(err)?;
+        for (i, t) in run.tenants.iter().enumerate() {
+            let colour = palette(i);
+            chart
+                .draw_series(LineSeries::new(
+                    run.windows.iter().map(|w| (w.t, w.tenants[i].got.in_unit(unit) * scale)),
+                    colour.stroke_width(2),
+                ))
+                .map_err(err)?
+                .label(t.name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], colour.stroke_width(2)));
+            if let Some(floor) = t.floor.filter(|f| f.unit() == unit) {
+                let y = floor.value() * scale;
+                chart
+                    .draw_series(DashedLineSeries::new(
+                        [(0.0, y), (run.duration_s, y)],
+                        6,
+                        4,
+                        colour.stroke_width(1).into(),
+                    ))
+                    .map_err(err)?;
+            }
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+/// Device queue size and mean response time over time.
+pub fn queue_and_latency(run: &RunRecord) -> ChartResult {
+    register_font();
+    let q_top = run.windows.iter().map(|w| w.device.avg_queue).fold(0.0f64, f64::max).max(1.0);
+    let l_top = run
+        .windows
+        .iter()
+        .filter_map(|w| w.device.mean_latency_ms)
+        .fold(0.0f64, f64::max)
+        .max(1e-3);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(format!("{} / {}: device queue and response time", run.scenario, run.policy), ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .right_y_label_area_size(60)
+            .build_cartesian_2d(0.0..run.duration_s.max(1.0), 0.0..q_top * 1.1)
+            .map_err(err)?
+            .set_secondary_coord(0.0..run.duration_s.max(1.0), 0.0..l_top * 1.1);
+        chart.configure_mesh().x_desc("time (s)").y_desc("queue size (I/Os)").draw().map_err(err)?;
+        chart.configure_secondary_axes().y_desc("mean response time (ms)").draw().map_err(err)?;
+        let blue = palette(0);
+        let red = palette(3);
+        chart
+            .draw_series(LineSeries::new(run.windows.iter().map(|w| (w.t, w.device.avg_queue)), blue.stroke_width(2)))
+            .map_err(err)?
+            .label("queue size")
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], blue.stroke_width(2)));
+        chart
+            .draw_secondary_series(LineSeries::new(
+                run.windows.iter().filter_map(|w| w.device.mean_latency_ms.map(|l| (w.t, l))),
+                red.stroke_width(2),
+            ))
+            .map_err(err)?
+            .label("response time")
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], red.stroke_width(2)));
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}

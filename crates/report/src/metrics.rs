@@ -1,0 +1,251 @@
+//! The measures of docs/metrics.md, computed exactly as defined there.
+
+use crate::record::{RunRecord, TenantWindow};
+use serde::{Deserialize, Serialize};
+
+/// A window counts as missed for a tenant when it receives less than this
+/// share of what it is entitled to.
+pub const MISS_THRESHOLD: f64 = 0.95;
+
+/// What the tenant is entitled to in a window, in its unit: its floor, or its
+/// demand if that is smaller. `None` when it has no floor.
+pub fn entitlement(floor: Option<f64>, demand: Option<f64>) -> Option<f64> {
+    let floor = floor?;
+    Some(match demand {
+        Some(d) => floor.min(d),
+        None => floor,
+    })
+}
+
+fn window_missed(run: &RunRecord, i: usize, w: &TenantWindow) -> Option<bool> {
+    let t = &run.tenants[i];
+    let floor = t.floor.map(|f| f.value());
+    let demand = w.demand.map(|d| d.in_unit(t.unit));
+    let entitled = entitlement(floor, demand)?;
+    if entitled <= 0.0 {
+        return None;
+    }
+    Some(w.got.in_unit(t.unit) < MISS_THRESHOLD * entitled)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantMeasures {
+    pub name: String,
+    pub class: String,
+    pub unit: String,
+    pub floor: Option<f64>,
+    pub floor_miss_rate: f64,
+    pub min: f64,
+    pub max: f64,
+    pub avg: f64,
+    pub p99_latency_ms: f64,
+    pub alone_p99_ms: Option<f64>,
+    pub noisy: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyMeasures {
+    pub floor_miss_rate: f64,
+    /// Filled in by [`compare`] against the `none` run; 1.0 for `none` itself.
+    pub work_conservation: Option<f64>,
+    pub reaction_time_s: Option<f64>,
+    /// Load steps after which floors were never met again before the end.
+    pub unrecovered_steps: usize,
+    pub protected_p99_ratio: Option<f64>,
+    pub aggregate_iops: f64,
+    pub aggregate_bytes_per_s: f64,
+    pub aggregate_cost: f64,
+    pub decision_time_us_max: f64,
+    pub windows_counted: usize,
+    pub tenants: Vec<TenantMeasures>,
+}
+
+fn after_warmup(run: &RunRecord) -> impl Iterator<Item = &crate::record::Window> {
+    run.windows.iter().filter(move |w| w.t + 1e-9 >= run.warmup_s)
+}
+
+/// Computes every measure of one run except work conservation.
+pub fn measure(run: &RunRecord) -> PolicyMeasures {
+    let counted: Vec<_> = after_warmup(run).collect();
+    let n = run.tenants.len();
+    let mut misses = vec![0usize; n];
+    let mut eligible = vec![0usize; n];
+    let mut tenants = Vec::with_capacity(n);
+    for (i, t) in run.tenants.iter().enumerate() {
+        let series: Vec<f64> = counted.iter().map(|w| w.tenants[i].got.in_unit(t.unit)).collect();
+        for w in &counted {
+            if let Some(missed) = window_missed(run, i, &w.tenants[i]) {
+                eligible[i] += 1;
+                misses[i] += missed as usize;
+            }
+        }
+        let avg = if series.is_empty() { 0.0 } else { series.iter().sum::<f64>() / series.len() as f64 };
+        tenants.push(TenantMeasures {
+            name: t.name.clone(),
+            class: t.class.as_str().to_string(),
+            unit: t.unit.label().to_string(),
+            floor: t.floor.map(|f| f.value()),
+            floor_miss_rate: if eligible[i] > 0 { misses[i] as f64 / eligible[i] as f64 } else { 0.0 },
+            min: series.iter().copied().reduce(f64::min).unwrap_or(0.0),
+            max: series.iter().copied().reduce(f64::max).unwrap_or(0.0),
+            avg,
+            p99_latency_ms: run.latency.get(i).map(|l| l.p99_ms).unwrap_or(0.0),
+            alone_p99_ms: t.alone_p99_ms,
+            noisy: t.noisy,
+        });
+    }
+    let total_eligible: usize = eligible.iter().sum();
+    let floor_miss_rate =
+        if total_eligible > 0 { misses.iter().sum::<usize>() as f64 / total_eligible as f64 } else { 0.0 };
+
+    let mean = |f: &dyn Fn(&crate::record::Window) -> f64| {
+        if counted.is_empty() {
+            0.0
+        } else {
+            counted.iter().map(|w| f(w)).sum::<f64>() / counted.len() as f64
+        }
+    };
+    let aggregate_iops = mean(&|w| w.tenants.iter().map(|t| t.got.iops).sum());
+    let aggregate_bytes_per_s = mean(&|w| w.tenants.iter().map(|t| t.got.bytes_per_s).sum());
+    let aggregate_cost = mean(&|w| w.tenants.iter().map(|t| t.got.cost).sum());
+
+    let (reaction_time_s, unrecovered_steps) = reaction(run);
+    let protected_p99_ratio = tenants
+        .iter()
+        .filter(|t| !t.noisy)
+        .filter_map(|t| t.alone_p99_ms.filter(|a| *a > 0.0).map(|a| t.p99_latency_ms / a))
+        .fold(None, |acc: Option<f64>, r| Some(acc.map_or(r, |a| a.max(r))));
+
+    PolicyMeasures {
+        floor_miss_rate,
+        work_conservation: None,
+        reaction_time_s,
+        unrecovered_steps,
+        protected_p99_ratio,
+        aggregate_iops,
+        aggregate_bytes_per_s,
+        aggregate_cost,
+        decision_time_us_max: run.decision_time_us_max,
+        windows_counted: counted.len(),
+        tenants,
+    }
+}
+
+/// Reaction time: for each load step after warm-up, the time from the step to
+/// the start of the first window (the one holding the step, or a later one) in
+/// which every tenant meets its entitlement. The worst step counts. A step
+/// never recovered from counts until the end of the run.
+fn reaction(run: &RunRecord) -> (Option<f64>, usize) {
+    let all_met = |w: &crate::record::Window| {
+        w.tenants.iter().enumerate().all(|(i, tw)| window_missed(run, i, tw) != Some(true))
+    };
+    let mut worst: Option<f64> = None;
+    let mut unrecovered = 0;
+    for &step in run.steps.iter().filter(|&&s| s > 0.0 && s + 1e-9 >= run.warmup_s) {
+        let first = run.windows.iter().filter(|w| w.t + run.window_s > step + 1e-9).find(|w| all_met(w));
+        let r = match first {
+            Some(w) => (w.t - step).max(0.0),
+            None => {
+                unrecovered += 1;
+                (run.duration_s - step).max(0.0)
+            }
+        };
+        worst = Some(worst.map_or(r, |x: f64| x.max(r)));
+    }
+    (worst, unrecovered)
+}
+
+/// Measures of several policies on one scenario; fills in work conservation
+/// against the `none` run when there is one.
+pub fn compare(runs: &[RunRecord]) -> Vec<(String, PolicyMeasures)> {
+    let mut out: Vec<(String, PolicyMeasures)> = runs.iter().map(|r| (r.policy.clone(), measure(r))).collect();
+    let reference = out.iter().find(|(p, _)| p == "none").map(|(_, m)| m.aggregate_cost);
+    if let Some(none_cost) = reference.filter(|c| *c > 0.0) {
+        for (_, m) in &mut out {
+            m.work_conservation = Some(m.aggregate_cost / none_cost);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::*;
+    use iofloor_core::units::{Rate, RateUnit};
+    use iofloor_core::TenantClass;
+
+    fn tw(got: f64, demand: f64) -> TenantWindow {
+        TenantWindow {
+            got: Throughput { iops: got, bytes_per_s: got * 4096.0, cost: got / 1000.0 },
+            demand: Some(Throughput { iops: demand, bytes_per_s: demand * 4096.0, cost: demand / 1000.0 }),
+            mean_latency_ms: None,
+            cap_cost: None,
+        }
+    }
+
+    fn run(series: &[(f64, f64)], steps: Vec<f64>) -> RunRecord {
+        RunRecord {
+            scenario: "t".into(),
+            policy: "floor".into(),
+            source: "test".into(),
+            window_s: 1.0,
+            warmup_s: 1.0,
+            duration_s: series.len() as f64,
+            control_interval_s: 1.0,
+            tenants: vec![TenantInfo {
+                name: "a".into(),
+                class: TenantClass::Container,
+                noisy: false,
+                floor: Some(Rate::Iops(100.0)),
+                unit: RateUnit::Iops,
+                alone_p99_ms: Some(2.0),
+            }],
+            windows: series
+                .iter()
+                .enumerate()
+                .map(|(k, &(g, d))| Window { t: k as f64, tenants: vec![tw(g, d)], device: Default::default() })
+                .collect(),
+            steps,
+            latency: vec![LatencySummary { p99_ms: 3.0, ..Default::default() }],
+            decision_time_us_max: 1.0,
+            decision_time_us_mean: 1.0,
+            ios_completed: 0,
+        }
+    }
+
+    #[test]
+    fn floor_miss_uses_entitlement_and_skips_warmup() {
+        // Window 0 is warm-up. Then: met; missed (90 < 95); asks 50, gets 48 (met);
+        // asks 50, gets 40 (missed).
+        let r = run(&[(0.0, 200.0), (100.0, 200.0), (90.0, 200.0), (48.0, 50.0), (40.0, 50.0)], vec![]);
+        let m = measure(&r);
+        assert_eq!(m.windows_counted, 4);
+        assert!((m.floor_miss_rate - 0.5).abs() < 1e-12);
+        assert_eq!(m.tenants[0].min, 40.0);
+        assert_eq!(m.tenants[0].max, 100.0);
+        assert!((m.protected_p99_ratio.unwrap() - 1.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn reaction_is_time_to_first_window_with_all_floors_met() {
+        let r = run(&[(100.0, 200.0), (100.0, 200.0), (10.0, 200.0), (50.0, 200.0), (99.0, 200.0)], vec![2.5]);
+        let (worst, unrecovered) = reaction(&r);
+        assert_eq!(unrecovered, 0);
+        assert!((worst.unwrap() - 1.5).abs() < 1e-12);
+        let never = run(&[(100.0, 200.0), (100.0, 200.0), (10.0, 200.0)], vec![2.0]);
+        assert_eq!(reaction(&never), (Some(1.0), 1));
+        let none = run(&[(100.0, 200.0)], vec![]);
+        assert_eq!(reaction(&none), (None, 0));
+    }
+
+    #[test]
+    fn work_conservation_is_against_none() {
+        let mut a = run(&[(100.0, 200.0), (100.0, 200.0)], vec![]);
+        a.policy = "none".into();
+        let b = run(&[(80.0, 200.0), (80.0, 200.0)], vec![]);
+        let out = compare(&[a, b]);
+        assert_eq!(out[0].1.work_conservation, Some(1.0));
+        assert!((out[1].1.work_conservation.unwrap() - 0.8).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,99 @@
+//! Raw records of one run: per-window, per-tenant figures as measured. Kept
+//! apart from the measures computed from them, so a report can be rebuilt from
+//! a results directory without rerunning anything.
+
+use iofloor_core::units::{Rate, RateUnit};
+use iofloor_core::TenantClass;
+use serde::{Deserialize, Serialize};
+
+/// Throughput over a window in every unit a floor can be stated in.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Throughput {
+    pub iops: f64,
+    pub bytes_per_s: f64,
+    /// Cost units per second (share of the device).
+    pub cost: f64,
+}
+
+impl Throughput {
+    pub fn in_unit(&self, unit: RateUnit) -> f64 {
+        match unit {
+            RateUnit::Iops => self.iops,
+            RateUnit::BytesPerSec => self.bytes_per_s,
+            RateUnit::Cost => self.cost,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantInfo {
+    pub name: String,
+    pub class: TenantClass,
+    /// The tenant causing the contention in the experiment; the others are
+    /// the protected ones for the p99 measure.
+    pub noisy: bool,
+    pub floor: Option<Rate>,
+    /// Unit its throughput is reported in: its floor's, else bytes/s.
+    pub unit: RateUnit,
+    /// p99 latency in ms when it ran alone on the device, if measured.
+    pub alone_p99_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct TenantWindow {
+    pub got: Throughput,
+    /// What the tenant asks for in this window: what it received running
+    /// alone on the device in the same window. `None` when not measured.
+    pub demand: Option<Throughput>,
+    pub mean_latency_ms: Option<f64>,
+    /// The cost cap in force at the window's end (None: unlimited).
+    pub cap_cost: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct DeviceWindow {
+    pub avg_queue: f64,
+    pub utilisation: f64,
+    pub mean_latency_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Window {
+    /// Start of the window, seconds from the start of the run.
+    pub t: f64,
+    pub tenants: Vec<TenantWindow>,
+    pub device: DeviceWindow,
+}
+
+/// Latency distribution of one tenant after warm-up.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+}
+
+/// Everything measured in one run of one policy on one scenario.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub scenario: String,
+    pub policy: String,
+    /// "sim" or "device:/dev/..." for real runs.
+    pub source: String,
+    pub window_s: f64,
+    pub warmup_s: f64,
+    pub duration_s: f64,
+    pub control_interval_s: f64,
+    pub tenants: Vec<TenantInfo>,
+    pub windows: Vec<Window>,
+    /// Times (s) at which the load changed: a job started, stopped, or changed depth.
+    pub steps: Vec<f64>,
+    pub latency: Vec<LatencySummary>,
+    pub decision_time_us_max: f64,
+    pub decision_time_us_mean: f64,
+    /// I/Os completed in the run (all tenants), for throughput-of-simulation figures.
+    pub ios_completed: u64,
+}

@@ -1,0 +1,683 @@
+//! The discrete-event engine: fio-like jobs issue I/Os, a blk-throttle model
+//! holds them per tenant and direction, a VM's I/O crosses the hypervisor path,
+//! and a device with finite parallelism serves a FIFO queue with service times
+//! from its cost model. The controller of iofloor-core runs at the control
+//! interval against a backend that reads this engine's counters and sets its
+//! throttles, exactly as the daemon does against cgroups.
+
+use crate::scenario::{Job, JobState, Scenario};
+use hdrhistogram::Histogram;
+use iofloor_core::control::{Backend, Controller, Counters, DeviceCounters};
+use iofloor_core::model::{Caps, Direction, TenantClass, TenantSpec};
+use iofloor_core::policy::{self, PolicyContext, PolicyKind};
+use iofloor_core::units::Rate;
+use iofloor_report::record::{DeviceWindow, LatencySummary, Throughput, TenantWindow, Window};
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+const NS: f64 = 1e9;
+/// blk-throttle's time slice on non-rotational devices (DFL_THROTL_SLICE_SSD, 20 ms):
+/// the most a throttled group can send at once after a pause.
+const THROTTLE_SLICE_NS: f64 = 20e6;
+/// How far a rate-limited fio job may fall behind and then catch up.
+const RATE_BACKLOG_NS: u64 = 1_000_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Complete,
+    PathDone,
+    Wake,
+    Release,
+    Phase,
+    Control,
+    Window,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Event {
+    time: u64,
+    seq: u64,
+    kind: Kind,
+    a: u32,
+    b: u32,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Io {
+    tenant: u32,
+    instance: u32,
+    write: bool,
+    seq: bool,
+    bytes: u32,
+    issued: u64,
+    cost: f64,
+}
+
+/// One fio process of a job.
+#[derive(Debug, Clone)]
+struct Instance {
+    job: u32,
+    active: bool,
+    outstanding: u32,
+    next_at: u64,
+    wake_pending: bool,
+}
+
+#[derive(Debug, Clone)]
+struct JobRt {
+    tenant: u32,
+    bs: u32,
+    read_share: f64,
+    seq: bool,
+    spacing_ns: Option<f64>,
+    iodepth: u32,
+    instances: Vec<u32>,
+}
+
+/// A token bucket as blk-throttle behaves: `rate` per ns, at most one slice of credit.
+#[derive(Debug, Clone, Copy, Default)]
+struct Bucket {
+    rate: Option<f64>,
+    tokens: f64,
+    last: u64,
+}
+
+impl Bucket {
+    fn burst(&self) -> f64 {
+        self.rate.map(|r| r * THROTTLE_SLICE_NS).unwrap_or(f64::INFINITY)
+    }
+
+    fn refill(&mut self, now: u64) {
+        if let Some(r) = self.rate {
+            self.tokens = (self.tokens + r * (now - self.last) as f64).min(self.burst());
+        }
+        self.last = now;
+    }
+
+    /// An I/O larger than a slice's credit goes when the bucket is full, into debt.
+    fn fits(&self, need: f64) -> bool {
+        self.rate.is_none() || self.tokens >= need.min(self.burst())
+    }
+
+    fn wait_ns(&self, need: f64) -> f64 {
+        match self.rate {
+            Some(r) if r > 0.0 => ((need.min(self.burst()) - self.tokens) / r).max(0.0),
+            Some(_) => f64::INFINITY,
+            None => 0.0,
+        }
+    }
+
+    fn set_rate(&mut self, rate: Option<f64>, now: u64) {
+        self.refill(now);
+        match (self.rate, rate) {
+            (None, Some(_)) => self.tokens = 0.0,
+            (_, None) => self.tokens = 0.0,
+            _ => {}
+        }
+        self.rate = rate;
+        self.tokens = self.tokens.min(self.burst());
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Throttle {
+    iops: Bucket,
+    bps: Bucket,
+    queue: VecDeque<u32>,
+    generation: u32,
+}
+
+/// A set of servers with a FIFO queue: the device, or a VM's I/O path.
+#[derive(Debug, Clone, Default)]
+struct Stage {
+    slots: u32,
+    busy: u32,
+    queue: VecDeque<u32>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct WindowAcc {
+    ios: u64,
+    bytes: u64,
+    cost: f64,
+    latency_ns: u64,
+}
+
+struct TenantRt {
+    spec: Arc<TenantSpec>,
+    throttle: [Throttle; 2],
+    path: Option<(Stage, u64)>,
+    counters: Counters,
+    acc: WindowAcc,
+    hist: Histogram<u64>,
+}
+
+#[derive(Default)]
+struct DeviceRt {
+    stage: Stage,
+    queue_area: u128,
+    busy_ns: u64,
+    last_change: u64,
+    written: u64,
+    win_area: u128,
+    win_busy: u64,
+    win_latency_ns: u64,
+    win_ios: u64,
+}
+
+/// What one simulated run produced.
+pub struct EngineOutput {
+    pub windows: Vec<Window>,
+    pub latency: Vec<LatencySummary>,
+    pub decision_time_us_max: f64,
+    pub decision_time_us_mean: f64,
+    pub ios_completed: u64,
+    pub ios_issued: u64,
+    pub ios_in_flight: u64,
+}
+
+pub struct Engine<'s> {
+    sc: &'s Scenario,
+    now: u64,
+    seq: u64,
+    events: BinaryHeap<Reverse<Event>>,
+    ios: Vec<Io>,
+    free: Vec<u32>,
+    instances: Vec<Instance>,
+    jobs: Vec<JobRt>,
+    job_specs: Vec<&'s Job>,
+    tenants: Vec<TenantRt>,
+    by_name: HashMap<String, u32>,
+    dev: DeviceRt,
+    rng: ChaCha8Rng,
+    windows: Vec<Window>,
+    issued: u64,
+    completed: u64,
+    warmup_ns: u64,
+    window_ns: u64,
+}
+
+impl<'s> Engine<'s> {
+    pub fn new(sc: &'s Scenario) -> Engine<'s> {
+        let mut e = Engine {
+            sc,
+            now: 0,
+            seq: 0,
+            events: BinaryHeap::with_capacity(1024),
+            ios: Vec::new(),
+            free: Vec::new(),
+            instances: Vec::new(),
+            jobs: Vec::new(),
+            job_specs: Vec::new(),
+            tenants: Vec::new(),
+            by_name: HashMap::new(),
+            dev: DeviceRt { stage: Stage { slots: sc.device.parallelism, ..Default::default() }, ..Default::default() },
+            rng: ChaCha8Rng::seed_from_u64(sc.seed),
+            windows: Vec::new(),
+            issued: 0,
+            completed: 0,
+            warmup_ns: sc.warmup.as_nanos() as u64,
+            window_ns: 1_000_000_000,
+        };
+        for (ti, t) in sc.tenants.iter().enumerate() {
+            e.by_name.insert(t.spec.name.clone(), ti as u32);
+            e.tenants.push(TenantRt {
+                spec: Arc::new(t.spec.clone()),
+                throttle: Default::default(),
+                path: t.vm_path.map(|p| {
+                    (Stage { slots: p.threads, ..Default::default() }, p.overhead.as_nanos().max(1) as u64)
+                }),
+                counters: Counters {
+                    latency_ns_total: (t.spec.class == TenantClass::Vm).then_some(0),
+                    completions: (t.spec.class == TenantClass::Vm).then_some(0),
+                    ..Default::default()
+                },
+                acc: WindowAcc::default(),
+                hist: Histogram::new_with_bounds(1, 1_000_000_000_000, 2).expect("histogram bounds are valid"),
+            });
+            for job in &t.jobs {
+                let ji = e.jobs.len() as u32;
+                e.job_specs.push(job);
+                let spacing_ns = job.rate.map(|r| match r {
+                    Rate::Iops(n) => NS / n,
+                    Rate::BytesPerSec(b) => job.bs as f64 * NS / b,
+                    Rate::Cost(_) => unreachable!("validated: job rates are bytes or IOPS"),
+                });
+                e.jobs.push(JobRt {
+                    tenant: ti as u32,
+                    bs: job.bs as u32,
+                    read_share: job.read_share,
+                    seq: job.rw.sequential(),
+                    spacing_ns,
+                    iodepth: 1,
+                    instances: Vec::new(),
+                });
+                for (si, (at, _)) in job.schedule.iter().enumerate() {
+                    e.push(at.as_nanos() as u64, Kind::Phase, ji, si as u32);
+                }
+            }
+        }
+        e
+    }
+
+    fn push(&mut self, time: u64, kind: Kind, a: u32, b: u32) {
+        self.seq += 1;
+        self.events.push(Reverse(Event { time, seq: self.seq, kind, a, b }));
+    }
+
+    fn dir(write: bool) -> usize {
+        write as usize
+    }
+
+    // ---- jobs ----
+
+    fn apply_phase(&mut self, job: u32, index: u32) {
+        let JobState { numjobs, iodepth } = self.job_specs[job as usize].schedule[index as usize].1;
+        self.jobs[job as usize].iodepth = iodepth;
+        while (self.jobs[job as usize].instances.len() as u32) < numjobs {
+            let id = self.instances.len() as u32;
+            // fio processes start at slightly different moments.
+            let phase = match self.jobs[job as usize].spacing_ns {
+                Some(s) => (self.rng.random::<f64>() * s) as u64,
+                None => 0,
+            };
+            self.instances.push(Instance {
+                job,
+                active: false,
+                outstanding: 0,
+                next_at: self.now + phase,
+                wake_pending: false,
+            });
+            self.jobs[job as usize].instances.push(id);
+        }
+        let ids = self.jobs[job as usize].instances.clone();
+        for (k, &id) in ids.iter().enumerate() {
+            let inst = &mut self.instances[id as usize];
+            let was = inst.active;
+            inst.active = (k as u32) < numjobs;
+            if inst.active && !was {
+                inst.next_at = inst.next_at.max(self.now);
+            }
+            if inst.active {
+                self.try_issue(id);
+            }
+        }
+    }
+
+    fn try_issue(&mut self, id: u32) {
+        loop {
+            let inst = &self.instances[id as usize];
+            let job = &self.jobs[inst.job as usize];
+            if !inst.active || inst.outstanding >= job.iodepth {
+                return;
+            }
+            if let Some(spacing) = job.spacing_ns {
+                if self.now < inst.next_at {
+                    if !inst.wake_pending {
+                        let at = inst.next_at;
+                        self.instances[id as usize].wake_pending = true;
+                        self.push(at, Kind::Wake, id, 0);
+                    }
+                    return;
+                }
+                let inst = &mut self.instances[id as usize];
+                let behind = self.now.saturating_sub(RATE_BACKLOG_NS);
+                inst.next_at = inst.next_at.max(behind) + spacing as u64;
+            }
+            let (tenant, bs, read_share, seq) = (job.tenant, job.bs, job.read_share, job.seq);
+            let write = !(read_share >= 1.0 || (read_share > 0.0 && self.rng.random::<f64>() < read_share));
+            let dir = if write { Direction::Write } else { Direction::Read };
+            let cost = self.sc.device.cost.io_cost(dir, bs as f64, seq);
+            let io = Io { tenant, instance: id, write, seq, bytes: bs, issued: self.now, cost };
+            let idx = match self.free.pop() {
+                Some(i) => {
+                    self.ios[i as usize] = io;
+                    i
+                }
+                None => {
+                    self.ios.push(io);
+                    (self.ios.len() - 1) as u32
+                }
+            };
+            self.instances[id as usize].outstanding += 1;
+            self.issued += 1;
+            self.throttle_submit(idx);
+        }
+    }
+
+    // ---- blk-throttle ----
+
+    fn throttle_submit(&mut self, idx: u32) {
+        let io = self.ios[idx as usize];
+        let now = self.now;
+        let th = &mut self.tenants[io.tenant as usize].throttle[Self::dir(io.write)];
+        if th.queue.is_empty() {
+            if th.iops.rate.is_none() && th.bps.rate.is_none() {
+                return self.after_throttle(idx);
+            }
+            th.iops.refill(now);
+            th.bps.refill(now);
+            if th.iops.fits(1.0) && th.bps.fits(io.bytes as f64) {
+                th.iops.tokens -= 1.0;
+                th.bps.tokens -= io.bytes as f64;
+                return self.after_throttle(idx);
+            }
+        }
+        th.queue.push_back(idx);
+        if th.queue.len() == 1 {
+            self.schedule_release(io.tenant, Self::dir(io.write));
+        }
+    }
+
+    fn schedule_release(&mut self, tenant: u32, dir: usize) {
+        let th = &self.tenants[tenant as usize].throttle[dir];
+        let Some(&head) = th.queue.front() else { return };
+        let bytes = self.ios[head as usize].bytes as f64;
+        let wait = th.iops.wait_ns(1.0).max(th.bps.wait_ns(bytes)).ceil().max(1.0);
+        let generation = th.generation;
+        self.push(self.now + wait as u64, Kind::Release, tenant, (dir as u32) | (generation << 1));
+    }
+
+    fn release(&mut self, tenant: u32, tag: u32) {
+        let dir = (tag & 1) as usize;
+        let now = self.now;
+        if self.tenants[tenant as usize].throttle[dir].generation != tag >> 1 {
+            return;
+        }
+        loop {
+            let th = &mut self.tenants[tenant as usize].throttle[dir];
+            th.iops.refill(now);
+            th.bps.refill(now);
+            let Some(&head) = th.queue.front() else { return };
+            let bytes = self.ios[head as usize].bytes as f64;
+            if !(th.iops.fits(1.0) && th.bps.fits(bytes)) {
+                break;
+            }
+            th.queue.pop_front();
+            if th.iops.rate.is_some() {
+                th.iops.tokens -= 1.0;
+            }
+            if th.bps.rate.is_some() {
+                th.bps.tokens -= bytes;
+            }
+            self.after_throttle(head);
+        }
+        self.schedule_release(tenant, dir);
+    }
+
+    fn set_caps(&mut self, tenant: u32, caps: &Caps) {
+        let now = self.now;
+        for (dir, d) in [(0usize, Direction::Read), (1, Direction::Write)] {
+            let th = &mut self.tenants[tenant as usize].throttle[dir];
+            th.iops.set_rate(caps.iops(d).map(|v| v / NS), now);
+            th.bps.set_rate(caps.bps(d).map(|v| v / NS), now);
+            th.generation = th.generation.wrapping_add(1) & 0x7fff_ffff;
+            if !th.queue.is_empty() {
+                let tag = dir as u32 | (th.generation << 1);
+                self.release(tenant, tag);
+            }
+        }
+    }
+
+    // ---- VM path and device ----
+
+    fn after_throttle(&mut self, idx: u32) {
+        let tenant = self.ios[idx as usize].tenant as usize;
+        match &mut self.tenants[tenant].path {
+            Some((stage, overhead)) => {
+                if stage.busy < stage.slots {
+                    stage.busy += 1;
+                    let at = self.now + *overhead;
+                    self.push(at, Kind::PathDone, idx, 0);
+                } else {
+                    stage.queue.push_back(idx);
+                }
+            }
+            None => self.device_submit(idx),
+        }
+    }
+
+    fn path_done(&mut self, idx: u32) {
+        let tenant = self.ios[idx as usize].tenant as usize;
+        let (stage, overhead) = self.tenants[tenant].path.as_mut().expect("path event for a VM");
+        let overhead = *overhead;
+        if let Some(next) = stage.queue.pop_front() {
+            let at = self.now + overhead;
+            self.push(at, Kind::PathDone, next, 0);
+        } else {
+            stage.busy -= 1;
+        }
+        self.device_submit(idx);
+    }
+
+    fn account_device(&mut self) {
+        let dt = self.now - self.dev.last_change;
+        let depth = self.dev.stage.busy as u64 + self.dev.stage.queue.len() as u64;
+        self.dev.queue_area += depth as u128 * dt as u128;
+        if depth > 0 {
+            self.dev.busy_ns += dt;
+        }
+        self.dev.last_change = self.now;
+    }
+
+    fn device_submit(&mut self, idx: u32) {
+        self.account_device();
+        if self.dev.stage.busy < self.dev.stage.slots {
+            self.dev.stage.busy += 1;
+            self.device_start(idx);
+        } else {
+            self.dev.stage.queue.push_back(idx);
+        }
+    }
+
+    fn device_start(&mut self, idx: u32) {
+        let io = self.ios[idx as usize];
+        let d = &self.sc.device;
+        let mut service = io.cost * d.parallelism as f64 * NS;
+        if d.jitter > 0.0 {
+            let u: f64 = self.rng.random::<f64>();
+            service *= 1.0 - d.jitter - d.jitter * (1.0 - u).ln();
+        }
+        if io.write {
+            if let Some((after, factor)) = d.write_cliff {
+                if self.dev.written >= after {
+                    service *= factor;
+                }
+            }
+            self.dev.written += io.bytes as u64;
+        }
+        self.push(self.now + service.max(1.0) as u64, Kind::Complete, idx, 0);
+    }
+
+    fn complete(&mut self, idx: u32) {
+        self.account_device();
+        if let Some(next) = self.dev.stage.queue.pop_front() {
+            self.device_start(next);
+        } else {
+            self.dev.stage.busy -= 1;
+        }
+        let io = self.ios[idx as usize];
+        self.free.push(idx);
+        self.completed += 1;
+        let latency = self.now - io.issued;
+        let t = &mut self.tenants[io.tenant as usize];
+        let c = &mut t.counters;
+        if io.write {
+            c.write_ios += 1;
+            c.write_bytes += io.bytes as u64;
+            c.write_seq_ios += io.seq as u64;
+        } else {
+            c.read_ios += 1;
+            c.read_bytes += io.bytes as u64;
+            c.read_seq_ios += io.seq as u64;
+        }
+        if let (Some(total), Some(n)) = (c.latency_ns_total.as_mut(), c.completions.as_mut()) {
+            *total += latency;
+            *n += 1;
+        }
+        t.acc.ios += 1;
+        t.acc.bytes += io.bytes as u64;
+        t.acc.cost += io.cost;
+        t.acc.latency_ns += latency;
+        self.dev.win_latency_ns += latency;
+        self.dev.win_ios += 1;
+        if io.issued >= self.warmup_ns {
+            t.hist.saturating_record(latency.max(1));
+        }
+        self.instances[io.instance as usize].outstanding -= 1;
+        self.try_issue(io.instance);
+    }
+
+    // ---- windows ----
+
+    fn close_window(&mut self) {
+        self.account_device();
+        let w = self.window_ns as f64 / NS;
+        let t = (self.now - self.window_ns) as f64 / NS;
+        let tenants = self
+            .tenants
+            .iter_mut()
+            .map(|t| {
+                let acc = std::mem::take(&mut t.acc);
+                TenantWindow {
+                    got: Throughput { iops: acc.ios as f64 / w, bytes_per_s: acc.bytes as f64 / w, cost: acc.cost / w },
+                    demand: None,
+                    mean_latency_ms: (acc.ios > 0).then(|| acc.latency_ns as f64 / acc.ios as f64 / 1e6),
+                    cap_cost: None,
+                }
+            })
+            .collect();
+        let area = self.dev.queue_area - self.dev.win_area;
+        let busy = self.dev.busy_ns - self.dev.win_busy;
+        let device = DeviceWindow {
+            avg_queue: area as f64 / self.window_ns as f64,
+            utilisation: busy as f64 / self.window_ns as f64,
+            mean_latency_ms: (self.dev.win_ios > 0)
+                .then(|| self.dev.win_latency_ns as f64 / self.dev.win_ios as f64 / 1e6),
+        };
+        self.dev.win_area = self.dev.queue_area;
+        self.dev.win_busy = self.dev.busy_ns;
+        self.dev.win_latency_ns = 0;
+        self.dev.win_ios = 0;
+        self.windows.push(Window { t, tenants, device });
+    }
+
+    /// Runs to the end. `policy` None runs no controller at all.
+    pub fn run(mut self, policy: Option<PolicyKind>, progress: &dyn Fn(f64)) -> EngineOutput {
+        let end = self.sc.duration.as_nanos() as u64;
+        let interval = self.sc.interval.as_nanos() as u64;
+        let mut controller = policy.map(|kind| {
+            let ctx = PolicyContext { cost: self.sc.policy_model, capacity: 1.0 };
+            let specs = self.tenants.iter().map(|t| t.spec.clone()).collect();
+            Controller::new(policy::build(kind, &self.sc.policy, ctx), specs)
+        });
+        if controller.is_some() {
+            self.push(0, Kind::Control, 0, 0);
+        }
+        self.push(self.window_ns, Kind::Window, 0, 0);
+        let (mut dec_max, mut dec_sum, mut dec_n) = (0.0f64, 0.0f64, 0u64);
+        while let Some(Reverse(ev)) = self.events.pop() {
+            if ev.time > end {
+                break;
+            }
+            self.now = ev.time;
+            match ev.kind {
+                Kind::Complete => self.complete(ev.a),
+                Kind::PathDone => self.path_done(ev.a),
+                Kind::Wake => {
+                    self.instances[ev.a as usize].wake_pending = false;
+                    self.try_issue(ev.a);
+                }
+                Kind::Release => self.release(ev.a, ev.b),
+                Kind::Phase => self.apply_phase(ev.a, ev.b),
+                Kind::Control => {
+                    if let Some(c) = controller.as_mut() {
+                        let report = c.tick(Duration::from_nanos(self.now), &mut SimBackend { engine: &mut self });
+                        let us = report.decision_time.as_secs_f64() * 1e6;
+                        dec_max = dec_max.max(us);
+                        dec_sum += us;
+                        dec_n += 1;
+                    }
+                    if self.now + interval <= end {
+                        self.push(self.now + interval, Kind::Control, 0, 0);
+                    }
+                }
+                Kind::Window => {
+                    self.close_window();
+                    progress(self.now as f64 / end as f64);
+                    if self.now + self.window_ns <= end {
+                        self.push(self.now + self.window_ns, Kind::Window, 0, 0);
+                    }
+                }
+            }
+        }
+        let latency = self
+            .tenants
+            .iter()
+            .map(|t| {
+                let h = &t.hist;
+                let ms = |ns: u64| ns as f64 / 1e6;
+                LatencySummary {
+                    count: h.len(),
+                    mean_ms: h.mean() / 1e6,
+                    p50_ms: ms(h.value_at_quantile(0.5)),
+                    p99_ms: ms(h.value_at_quantile(0.99)),
+                    p999_ms: ms(h.value_at_quantile(0.999)),
+                    max_ms: ms(h.max()),
+                }
+            })
+            .collect();
+        let in_flight: u64 = self.instances.iter().map(|i| i.outstanding as u64).sum();
+        EngineOutput {
+            windows: self.windows,
+            latency,
+            decision_time_us_max: dec_max,
+            decision_time_us_mean: if dec_n > 0 { dec_sum / dec_n as f64 } else { 0.0 },
+            ios_completed: self.completed,
+            ios_issued: self.issued,
+            ios_in_flight: in_flight,
+        }
+    }
+}
+
+/// The engine seen through the same interface as a host: cumulative counters
+/// in, kernel-style caps out.
+struct SimBackend<'e, 's> {
+    engine: &'e mut Engine<'s>,
+}
+
+#[derive(Debug)]
+struct UnknownTenant(String);
+
+impl std::fmt::Display for UnknownTenant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no simulated tenant `{}`", self.0)
+    }
+}
+
+impl Backend for SimBackend<'_, '_> {
+    type Error = UnknownTenant;
+
+    fn read_counters(&mut self, tenant: &TenantSpec) -> Result<Counters, UnknownTenant> {
+        let i = *self.engine.by_name.get(&tenant.name).ok_or_else(|| UnknownTenant(tenant.name.clone()))?;
+        Ok(self.engine.tenants[i as usize].counters)
+    }
+
+    fn read_device(&mut self) -> Option<DeviceCounters> {
+        self.engine.account_device();
+        Some(DeviceCounters {
+            busy_ns: self.engine.dev.busy_ns,
+            queue_ns: self.engine.dev.queue_area.min(u64::MAX as u128) as u64,
+        })
+    }
+
+    fn apply_caps(&mut self, tenant: &TenantSpec, caps: &Caps) -> Result<(), UnknownTenant> {
+        let i = *self.engine.by_name.get(&tenant.name).ok_or_else(|| UnknownTenant(tenant.name.clone()))?;
+        self.engine.set_caps(i, caps);
+        Ok(())
+    }
+}

@@ -1,0 +1,652 @@
+//! Scenario files (TOML): the device, the tenants, their fio-like jobs and how
+//! the load changes over time. One format for the simulator and the real-device
+//! runner; documented in docs/scenarios.md.
+//!
+//! Quantities are written as operators write them (`64k`, `8MiB/s`, `500iops`,
+//! `60s`) and checked while parsing, so a mistake is reported with its file,
+//! line and field.
+
+use iofloor_core::cost::{CostModel, CostParams};
+use iofloor_core::units::{self, Rate};
+use iofloor_core::{PolicyParams, TenantClass, TenantSpec};
+use serde::{Deserialize, Deserializer};
+use std::path::Path;
+use std::time::Duration;
+
+/// A scenario that could not be read or makes no sense.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    /// The message from the TOML parser carries line, column and the field.
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+// ---- quantities that parse themselves, so errors carry the TOML position ----
+
+macro_rules! quantity {
+    ($name:ident, $inner:ty, $parse:expr, $what:literal) => {
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        pub struct $name(pub $inner);
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                #[derive(Deserialize)]
+                #[serde(untagged)]
+                enum Raw {
+                    S(String),
+                    N(f64),
+                }
+                let text = match Raw::deserialize(d).map_err(|_| {
+                    serde::de::Error::custom(concat!("expected ", $what, " (a string such as in docs/scenarios.md)"))
+                })? {
+                    Raw::S(s) => s,
+                    Raw::N(n) => n.to_string(),
+                };
+                let parse: fn(&str) -> Result<$inner, units::UnitError> = $parse;
+                parse(&text).map($name).map_err(|e| serde::de::Error::custom(format!("invalid {}: {}", $what, e)))
+            }
+        }
+    };
+}
+
+quantity!(SizeQ, u64, units::parse_size, "size");
+quantity!(DurationQ, Duration, units::parse_duration, "duration");
+quantity!(RateQ, Rate, Rate::parse, "rate");
+quantity!(
+    BandwidthQ,
+    f64,
+    |s| match Rate::parse(s)? {
+        Rate::BytesPerSec(b) => Ok(b),
+        other => Err(units::UnitError(format!("`{s}` is {other}, expected a bandwidth such as `2GB/s`"))),
+    },
+    "bandwidth"
+);
+
+// ---- the file ----
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioFile {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub duration: DurationQ,
+    pub warmup: Option<DurationQ>,
+    /// Control interval (default 1 s, at least 100 ms).
+    pub interval: Option<DurationQ>,
+    /// Seed of the simulator's random numbers.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    pub device: DeviceFile,
+    #[serde(default)]
+    pub policy: PolicyParams,
+    #[serde(rename = "tenant", default)]
+    pub tenants: Vec<TenantFile>,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+/// The device: a linear cost model (as Linux io.cost) for its true capacity,
+/// its internal parallelism and the spread of its service times.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceFile {
+    pub parallelism: u32,
+    pub rbps: BandwidthQ,
+    pub rseqiops: f64,
+    pub rrandiops: f64,
+    pub wbps: BandwidthQ,
+    pub wseqiops: f64,
+    pub wrandiops: f64,
+    /// Mean of the exponential tail added to each service time, as a share of
+    /// it (service = base × (1 − jitter + Exp(jitter))): mean preserved.
+    #[serde(default = "default_jitter")]
+    pub jitter: f64,
+    pub write_cliff: Option<WriteCliffFile>,
+    /// The cost model the policies are given, if not the device's true one
+    /// (to study a mis-calibrated model).
+    pub model: Option<ModelFile>,
+}
+
+fn default_jitter() -> f64 {
+    0.1
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelFile {
+    pub rbps: BandwidthQ,
+    pub rseqiops: f64,
+    pub rrandiops: f64,
+    pub wbps: BandwidthQ,
+    pub wseqiops: f64,
+    pub wrandiops: f64,
+}
+
+/// After `after` bytes written, writes take `factor` times as long (an SSD
+/// whose spare blocks ran out).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WriteCliffFile {
+    pub after: SizeQ,
+    pub factor: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantFile {
+    pub name: String,
+    #[serde(default)]
+    pub class: TenantClass,
+    pub floor: Option<RateQ>,
+    pub ceiling: Option<RateQ>,
+    pub weight: Option<f64>,
+    /// Marks the tenant that causes the contention; the others are protected.
+    #[serde(default)]
+    pub noisy: bool,
+    /// The hypervisor's I/O path of a VM tenant.
+    pub vm_path: Option<VmPathFile>,
+    #[serde(rename = "job", default)]
+    pub jobs: Vec<JobFile>,
+}
+
+/// A VM's I/O passes a stage of `threads` servers taking `overhead` each:
+/// added latency, and a ceiling of threads/overhead IOPS (seed 000: +16 µs,
+/// about half of an NVMe SSD).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmPathFile {
+    pub overhead: DurationQ,
+    #[serde(default = "default_threads")]
+    pub threads: u32,
+}
+
+fn default_threads() -> u32 {
+    4
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rw {
+    Read,
+    Write,
+    Randread,
+    Randwrite,
+    Rw,
+    Randrw,
+}
+
+impl Rw {
+    pub fn sequential(self) -> bool {
+        matches!(self, Rw::Read | Rw::Write | Rw::Rw)
+    }
+
+    /// Share of reads.
+    pub fn read_share(self, rwmixread: Option<u8>) -> f64 {
+        match self {
+            Rw::Read | Rw::Randread => 1.0,
+            Rw::Write | Rw::Randwrite => 0.0,
+            Rw::Rw | Rw::Randrw => rwmixread.unwrap_or(50) as f64 / 100.0,
+        }
+    }
+
+    pub fn as_fio(self) -> &'static str {
+        match self {
+            Rw::Read => "read",
+            Rw::Write => "write",
+            Rw::Randread => "randread",
+            Rw::Randwrite => "randwrite",
+            Rw::Rw => "rw",
+            Rw::Randrw => "randrw",
+        }
+    }
+}
+
+/// A fio-like job: `numjobs` processes each keeping `iodepth` I/Os in flight,
+/// each limited to `rate` if given (closed loop otherwise).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFile {
+    pub rw: Rw,
+    pub rwmixread: Option<u8>,
+    pub bs: SizeQ,
+    #[serde(default = "one")]
+    pub iodepth: u32,
+    #[serde(default = "one")]
+    pub numjobs: u32,
+    /// Per-process rate, as fio's `rate` (bytes/s) or `rate_iops` (IOPS).
+    pub rate: Option<RateQ>,
+    pub start: Option<DurationQ>,
+    pub stop: Option<DurationQ>,
+    /// Add `add` processes every `every`, up to `max` (the seed's noisy VM).
+    pub ramp: Option<RampFile>,
+    /// Explicit changes at given times.
+    #[serde(rename = "phase", default)]
+    pub phases: Vec<PhaseFile>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RampFile {
+    pub every: DurationQ,
+    #[serde(default = "one")]
+    pub add: u32,
+    pub max: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseFile {
+    pub at: DurationQ,
+    pub numjobs: Option<u32>,
+    pub iodepth: Option<u32>,
+}
+
+// ---- the validated scenario ----
+
+/// A job's shape at a point in time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobState {
+    pub numjobs: u32,
+    pub iodepth: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub rw: Rw,
+    pub read_share: f64,
+    pub bs: u64,
+    pub rate: Option<Rate>,
+    /// (time, state) in time order; the first entry is at the job's start and a
+    /// state with `numjobs == 0` means stopped.
+    pub schedule: Vec<(Duration, JobState)>,
+}
+
+impl Job {
+    pub fn state_at(&self, t: Duration) -> JobState {
+        self.schedule
+            .iter()
+            .take_while(|(at, _)| *at <= t)
+            .last()
+            .map(|(_, s)| *s)
+            .unwrap_or(JobState { numjobs: 0, iodepth: 1 })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct VmPath {
+    pub overhead: Duration,
+    pub threads: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    pub spec: TenantSpec,
+    pub noisy: bool,
+    pub vm_path: Option<VmPath>,
+    pub jobs: Vec<Job>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Device {
+    pub parallelism: u32,
+    pub cost: CostModel,
+    pub jitter: f64,
+    pub write_cliff: Option<(u64, f64)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub interval: Duration,
+    pub seed: u64,
+    pub device: Device,
+    /// The model policies are given (the device's own unless `[device.model]`).
+    pub policy_model: CostModel,
+    pub policy: PolicyParams,
+    pub tenants: Vec<Tenant>,
+}
+
+impl Scenario {
+    /// Reads and validates a scenario file.
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { path: shown.clone(), source })?;
+        Scenario::parse(&text, &shown)
+    }
+
+    /// Parses scenario text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Scenario, ScenarioError> {
+        let file: ScenarioFile = toml::from_str(text).map_err(|e| ScenarioError::Parse {
+            path: origin.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        file.validate().map_err(|message| ScenarioError::Invalid { path: origin.to_string(), message })
+    }
+
+    /// Times at which any tenant's load changes (after t = 0).
+    pub fn steps(&self) -> Vec<Duration> {
+        let mut steps: Vec<Duration> = self
+            .tenants
+            .iter()
+            .flat_map(|t| t.jobs.iter())
+            .flat_map(|j| j.schedule.iter().map(|(at, _)| *at))
+            .filter(|at| !at.is_zero() && *at < self.duration)
+            .collect();
+        steps.sort();
+        steps.dedup();
+        steps
+    }
+
+    /// The same scenario with every time scaled by `factor` (e.g. 0.25 to run
+    /// the seed's 10-minute experiment in 2.5 minutes).
+    pub fn time_scaled(&self, factor: f64) -> Scenario {
+        let s = |d: Duration| Duration::from_secs_f64(d.as_secs_f64() * factor);
+        let mut out = self.clone();
+        out.duration = s(self.duration);
+        out.warmup = s(self.warmup);
+        for t in &mut out.tenants {
+            for j in &mut t.jobs {
+                for (at, _) in &mut j.schedule {
+                    *at = s(*at);
+                }
+            }
+        }
+        out
+    }
+
+    /// The scenario with only tenant `index` (for its "alone" baseline).
+    pub fn alone(&self, index: usize) -> Scenario {
+        let mut out = self.clone();
+        out.tenants = vec![self.tenants[index].clone()];
+        out
+    }
+
+    /// The expected mix of each tenant, from its jobs (for admission control).
+    pub fn expected_mix(&self, tenant: &Tenant) -> Option<iofloor_core::Usage> {
+        use iofloor_core::{DirUsage, Usage};
+        let mut u = Usage::default();
+        for j in &tenant.jobs {
+            let ios = 1.0;
+            let seq = if j.rw.sequential() { 1.0 } else { 0.0 };
+            let add = |d: &mut DirUsage, share: f64| {
+                d.ios += ios * share;
+                d.bytes += ios * share * j.bs as f64;
+                d.seq_ios += ios * share * seq;
+            };
+            add(&mut u.read, j.read_share);
+            add(&mut u.write, 1.0 - j.read_share);
+        }
+        (!u.is_idle()).then_some(u)
+    }
+}
+
+fn positive(field: &str, v: f64) -> Result<(), String> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(format!("`{field}` must be a positive number, got {v}"))
+    }
+}
+
+impl ScenarioFile {
+    fn validate(self) -> Result<Scenario, String> {
+        if self.name.trim().is_empty() {
+            return Err("`name` must not be empty".into());
+        }
+        let duration = self.duration.0;
+        if duration < Duration::from_secs(1) {
+            return Err(format!("`duration` must be at least 1s, got {duration:?}"));
+        }
+        let warmup = self.warmup.map(|w| w.0).unwrap_or(Duration::from_secs(10).min(duration / 10));
+        if warmup >= duration {
+            return Err("`warmup` must be shorter than `duration`".into());
+        }
+        let interval = self.interval.map(|i| i.0).unwrap_or(Duration::from_secs(1));
+        if interval < Duration::from_millis(100) || interval > Duration::from_secs(60) {
+            return Err(format!("`interval` must be between 100ms and 60s, got {interval:?}"));
+        }
+        self.policy.floor.validate()?;
+        let tt = &self.policy.top_throttle;
+        if !(tt.rate > 0.0 && tt.rate < 1.0) {
+            return Err(format!("`policy.top-throttle.rate` must be in (0, 1), got {}", tt.rate));
+        }
+        if !(tt.cap_interval_s > 0.0 && tt.cap_time_s > 0.0) {
+            return Err("`policy.top-throttle.cap_interval_s` and `cap_time_s` must be positive".into());
+        }
+
+        let d = &self.device;
+        if d.parallelism == 0 || d.parallelism > 65536 {
+            return Err(format!("`device.parallelism` must be between 1 and 65536, got {}", d.parallelism));
+        }
+        if !(0.0..1.0).contains(&d.jitter) {
+            return Err(format!("`device.jitter` must be in [0, 1), got {}", d.jitter));
+        }
+        let cost_of = |rbps: f64, rs: f64, rr: f64, wbps: f64, ws: f64, wr: f64, prefix: &str| {
+            for (f, v) in [("rseqiops", rs), ("rrandiops", rr), ("wseqiops", ws), ("wrandiops", wr)] {
+                positive(&format!("{prefix}.{f}"), v)?;
+            }
+            CostModel::new(CostParams { rbps, rseqiops: rs, rrandiops: rr, wbps, wseqiops: ws, wrandiops: wr })
+                .map_err(|e| format!("`{prefix}`: {e}"))
+        };
+        let cost = cost_of(d.rbps.0, d.rseqiops, d.rrandiops, d.wbps.0, d.wseqiops, d.wrandiops, "device")?;
+        let policy_model = match &d.model {
+            Some(m) => cost_of(m.rbps.0, m.rseqiops, m.rrandiops, m.wbps.0, m.wseqiops, m.wrandiops, "device.model")?,
+            None => cost,
+        };
+        let write_cliff = match &d.write_cliff {
+            Some(c) => {
+                if !(c.factor >= 1.0 && c.factor.is_finite()) {
+                    return Err(format!("`device.write_cliff.factor` must be at least 1, got {}", c.factor));
+                }
+                Some((c.after.0, c.factor))
+            }
+            None => None,
+        };
+        let device = Device { parallelism: d.parallelism, cost, jitter: d.jitter, write_cliff };
+
+        if self.tenants.is_empty() {
+            return Err("a scenario needs at least one [[tenant]]".into());
+        }
+        let mut names = std::collections::HashSet::new();
+        let mut tenants = Vec::new();
+        for (ti, t) in self.tenants.into_iter().enumerate() {
+            let at = format!("tenant[{ti}] `{}`", t.name);
+            if t.name.trim().is_empty() {
+                return Err(format!("tenant[{ti}]: `name` must not be empty"));
+            }
+            if !names.insert(t.name.clone()) {
+                return Err(format!("{at}: tenant name used twice"));
+            }
+            if let Some(w) = t.weight {
+                if !(w > 0.0 && w <= 10000.0) {
+                    return Err(format!("{at}: `weight` must be in (0, 10000], got {w}"));
+                }
+            }
+            if let (Some(f), Some(c)) = (t.floor, t.ceiling) {
+                if f.0.unit() == c.0.unit() && c.0.value() < f.0.value() {
+                    return Err(format!("{at}: `ceiling` {} is below `floor` {}", c.0, f.0));
+                }
+            }
+            if t.jobs.is_empty() {
+                return Err(format!("{at}: needs at least one [[tenant.job]]"));
+            }
+            let vm_path = match (&t.vm_path, t.class) {
+                (Some(p), _) => {
+                    if p.threads == 0 {
+                        return Err(format!("{at}: `vm_path.threads` must be at least 1"));
+                    }
+                    Some(VmPath { overhead: p.overhead.0, threads: p.threads })
+                }
+                (None, TenantClass::Vm) => Some(VmPath { overhead: Duration::from_micros(16), threads: 4 }),
+                (None, TenantClass::Container) => None,
+            };
+            let mut jobs = Vec::new();
+            for (ji, j) in t.jobs.into_iter().enumerate() {
+                jobs.push(j.validate(&format!("{at} job[{ji}]"), duration)?);
+            }
+            let spec = TenantSpec {
+                name: t.name,
+                class: t.class,
+                floor: t.floor.map(|f| f.0),
+                ceiling: t.ceiling.map(|c| c.0),
+                weight: t.weight.unwrap_or(iofloor_core::model::DEFAULT_WEIGHT),
+            };
+            tenants.push(Tenant { spec, noisy: t.noisy, vm_path, jobs });
+        }
+        Ok(Scenario {
+            name: self.name,
+            description: self.description,
+            duration,
+            warmup,
+            interval,
+            seed: self.seed,
+            device,
+            policy_model,
+            policy: self.policy,
+            tenants,
+        })
+    }
+}
+
+impl JobFile {
+    fn validate(self, at: &str, duration: Duration) -> Result<Job, String> {
+        if self.iodepth == 0 || self.iodepth > 4096 {
+            return Err(format!("{at}: `iodepth` must be between 1 and 4096, got {}", self.iodepth));
+        }
+        if self.numjobs > 1024 {
+            return Err(format!("{at}: `numjobs` must be at most 1024, got {}", self.numjobs));
+        }
+        if self.bs.0 > 64 << 20 {
+            return Err(format!("{at}: `bs` must be at most 64MiB"));
+        }
+        if let Some(m) = self.rwmixread {
+            if m > 100 {
+                return Err(format!("{at}: `rwmixread` must be 0..100, got {m}"));
+            }
+        }
+        if let Some(RateQ(Rate::Cost(_))) = self.rate {
+            return Err(format!("{at}: `rate` must be in bytes/s or IOPS, as in fio"));
+        }
+        let start = self.start.map(|s| s.0).unwrap_or_default();
+        let stop = self.stop.map(|s| s.0).unwrap_or(duration);
+        if stop <= start {
+            return Err(format!("{at}: `stop` must be after `start`"));
+        }
+        let mut state = JobState { numjobs: self.numjobs, iodepth: self.iodepth };
+        let mut changes: Vec<(Duration, Option<u32>, Option<u32>)> = Vec::new();
+        if let Some(r) = &self.ramp {
+            if r.every.0.is_zero() {
+                return Err(format!("{at}: `ramp.every` must be positive"));
+            }
+            if r.max < self.numjobs || r.add == 0 {
+                return Err(format!("{at}: `ramp.max` must be at least `numjobs` and `ramp.add` positive"));
+            }
+            let mut n = self.numjobs;
+            let mut t = start + r.every.0;
+            while n < r.max && t < stop {
+                n = (n + r.add).min(r.max);
+                changes.push((t, Some(n), None));
+                t += r.every.0;
+            }
+        }
+        for (pi, p) in self.phases.iter().enumerate() {
+            if p.numjobs.is_none() && p.iodepth.is_none() {
+                return Err(format!("{at} phase[{pi}]: set `numjobs` or `iodepth`"));
+            }
+            if let Some(d) = p.iodepth {
+                if d == 0 || d > 4096 {
+                    return Err(format!("{at} phase[{pi}]: `iodepth` must be between 1 and 4096"));
+                }
+            }
+            changes.push((start + p.at.0, p.numjobs, p.iodepth));
+        }
+        changes.sort_by_key(|c| c.0);
+        let mut schedule = vec![(start, state)];
+        for (t, n, d) in changes {
+            if t >= stop {
+                continue;
+            }
+            if let Some(n) = n {
+                state.numjobs = n;
+            }
+            if let Some(d) = d {
+                state.iodepth = d;
+            }
+            schedule.push((t, state));
+        }
+        if stop < duration {
+            schedule.push((stop, JobState { numjobs: 0, iodepth: state.iodepth }));
+        }
+        Ok(Job { rw: self.rw, read_share: self.rw.read_share(self.rwmixread), bs: self.bs.0, rate: self.rate.map(|r| r.0), schedule })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+name = "t"
+duration = "60s"
+[device]
+parallelism = 4
+rbps = "200MiB/s"
+rseqiops = 8000
+rrandiops = 4000
+wbps = "100MiB/s"
+wseqiops = 4000
+wrandiops = 2000
+[[tenant]]
+name = "a"
+floor = "10MiB/s"
+[[tenant.job]]
+rw = "randwrite"
+bs = "64k"
+numjobs = 1
+ramp = { every = "10s", max = 4 }
+"#;
+
+    #[test]
+    fn parses_and_expands_ramp() {
+        let s = Scenario::parse(BASE, "t.toml").unwrap();
+        let j = &s.tenants[0].jobs[0];
+        let counts: Vec<u32> = j.schedule.iter().map(|(_, st)| st.numjobs).collect();
+        assert_eq!(counts, vec![1, 2, 3, 4]);
+        assert_eq!(s.steps(), vec![Duration::from_secs(10), Duration::from_secs(20), Duration::from_secs(30)]);
+        assert_eq!(j.state_at(Duration::from_secs(25)).numjobs, 3);
+        assert_eq!(s.time_scaled(0.5).steps()[0], Duration::from_secs(5));
+    }
+
+    fn err_of(text: &str) -> String {
+        Scenario::parse(text, "bad.toml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn bad_input_names_file_line_and_field() {
+        let e = err_of(&BASE.replace(r#"floor = "10MiB/s""#, r#"floor = "0MB/s""#));
+        assert!(e.contains("bad.toml") && e.contains("line 16") && e.contains("greater than zero"), "{e}");
+        let e = err_of(&BASE.replace(r#"bs = "64k""#, r#"bs = "64 furlongs""#));
+        assert!(e.contains("line 21") && e.contains("furlongs"), "{e}");
+        let e = err_of(&BASE.replace("wrandiops = 2000", "wrandiops = 2000\nwarp = 9"));
+        assert!(e.contains("unknown field `warp`"), "{e}");
+        let e = err_of(&BASE.replace("duration = \"60s\"\n", ""));
+        assert!(e.contains("missing field `duration`"), "{e}");
+        let e = err_of(&BASE.replace("wrandiops = 2000", "wrandiops = -5"));
+        assert!(e.contains("device.wrandiops"), "{e}");
+        let e = err_of(&BASE.replace("[policy]", "").replace("[[tenant]]", "[policy.floor]\ntarget_utilisation = 1.5\n[[tenant]]"));
+        assert!(e.contains("target_utilisation"), "{e}");
+    }
+}
