@@ -7,7 +7,11 @@
 //!    device cost model and the tenant's own I/O mix.
 //! 2. Decide whether the device is contended: the summed cost reaches `border`
 //!    of capacity, or (where the backend reports it) the device queue is above
-//!    `queue_knee`.
+//!    `queue_knee`. A queue above the knee at a throughput below the capacity
+//!    estimate means the device is slower than modelled (write cliff, optimistic
+//!    calibration): the estimate becomes the measured throughput, and recovers
+//!    towards the model's by 0.3 % an interval while the queue stays below
+//!    (slowly: each probe past the real capacity costs the neighbours latency).
 //! 3. Estimate demand. A tenant pressing against its cap (using ≥ `pressing` of
 //!    it) may want more than it gets: its demand is open. A tenant below its
 //!    floor that is starved (its latency well above its best, or without
@@ -40,7 +44,9 @@ pub struct FloorParams {
     /// Summed cost, as a share of capacity, from which the device counts as contended.
     pub border: f64,
     /// Device queue (iostat `aqu-sz`) above which the device counts as
-    /// overloaded. Without it, contention alone is taken as overload.
+    /// overloaded: the depth at which its latency reaches 1.5× the unloaded
+    /// value (`iofloor calibrate` measures it). Without it, contention by the
+    /// cost model alone is taken as overload and the capacity is not learned.
     pub queue_knee: Option<f64>,
     /// Room above current use left to a tenant below its floor and not starved.
     pub headroom: f64,
@@ -113,11 +119,19 @@ struct TenantState {
 /// Per-interval upward drift of the latency baseline.
 const LATENCY_BASELINE_DRIFT: f64 = 1.01;
 
+/// Per-interval recovery of the capacity estimate towards the cost model's:
+/// slow, because every probe past the real capacity queues the neighbours.
+const CAPACITY_RECOVERY: f64 = 1.003;
+
 pub struct FloorPolicy {
     params: FloorParams,
     ctx: PolicyContext,
     mixes: MixMemory,
     state: HashMap<String, TenantState>,
+    /// What the device really does, in cost units per second: the model's
+    /// capacity until the device queue shows overload below it (a write cliff,
+    /// an optimistic calibration), then the throughput measured at saturation.
+    capacity_est: f64,
 }
 
 /// One tenant's figures for a decision, all in cost units per second.
@@ -134,7 +148,7 @@ struct Priced {
 
 impl FloorPolicy {
     pub fn new(params: FloorParams, ctx: PolicyContext) -> Self {
-        FloorPolicy { params, ctx, mixes: MixMemory::default(), state: HashMap::new() }
+        FloorPolicy { params, ctx, mixes: MixMemory::default(), state: HashMap::new(), capacity_est: ctx.capacity }
     }
 }
 
@@ -178,7 +192,6 @@ impl Policy for FloorPolicy {
     fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
         let p = &self.params;
         let cost = &self.ctx.cost;
-        let capacity = self.ctx.capacity;
         let n = snapshot.tenants.len();
         let mixes: Vec<_> = snapshot.tenants.iter().map(|t| self.mixes.observe(t)).collect();
         self.mixes.retain(snapshot.tenants);
@@ -204,11 +217,19 @@ impl Policy for FloorPolicy {
             })
             .collect();
         let total: f64 = usage.iter().sum();
-        let contended_by_cost = total >= p.border * capacity;
-        let overloaded = match (p.queue_knee, snapshot.device) {
-            (Some(knee), Some(dev)) => dev.avg_queue > knee,
-            _ => contended_by_cost,
+        let queue_overloaded = match (p.queue_knee, snapshot.device) {
+            (Some(knee), Some(dev)) => Some(dev.avg_queue > knee),
+            _ => None,
         };
+        self.capacity_est = match queue_overloaded {
+            // Saturated below the model's capacity: the device does less than modelled.
+            Some(true) if total > 0.0 && total < self.capacity_est => total,
+            Some(false) => (self.capacity_est * CAPACITY_RECOVERY).min(self.ctx.capacity),
+            _ => self.capacity_est,
+        };
+        let capacity = self.capacity_est;
+        let contended_by_cost = total >= p.border * capacity;
+        let overloaded = queue_overloaded.unwrap_or(contended_by_cost);
         let contended = contended_by_cost || overloaded;
         // Only tenants doing I/O compete; one alone needs no cap but its ceiling.
         let active = usage.iter().filter(|&&u| u > 0.0).count();
