@@ -27,24 +27,35 @@ pub enum ScenarioError {
 
 // ---- quantities that parse themselves, so errors carry the TOML position ----
 
+/// Accepts a TOML string or number as the text of a quantity.
+struct QuantityText(&'static str);
+
+impl serde::de::Visitor<'_> for QuantityText {
+    type Value = String;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "a {} such as in docs/scenarios.md", self.0)
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+}
+
 macro_rules! quantity {
     ($name:ident, $inner:ty, $parse:expr, $what:literal) => {
         #[derive(Debug, Clone, Copy, PartialEq)]
         pub struct $name(pub $inner);
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                #[derive(Deserialize)]
-                #[serde(untagged)]
-                enum Raw {
-                    S(String),
-                    N(f64),
-                }
-                let text = match Raw::deserialize(d).map_err(|_| {
-                    serde::de::Error::custom(concat!("expected ", $what, " (a string such as in docs/scenarios.md)"))
-                })? {
-                    Raw::S(s) => s,
-                    Raw::N(n) => n.to_string(),
-                };
+                let text = d.deserialize_any(QuantityText($what))?;
                 let parse: fn(&str) -> Result<$inner, units::UnitError> = $parse;
                 parse(&text).map($name).map_err(|e| serde::de::Error::custom(format!("invalid {}: {}", $what, e)))
             }
@@ -637,9 +648,9 @@ ramp = { every = "10s", max = 4 }
     #[test]
     fn bad_input_names_file_line_and_field() {
         let e = err_of(&BASE.replace(r#"floor = "10MiB/s""#, r#"floor = "0MB/s""#));
-        assert!(e.contains("bad.toml") && e.contains("line 16") && e.contains("greater than zero"), "{e}");
+        assert!(e.contains("bad.toml") && e.contains("line 14") && e.contains("floor = ") && e.contains("greater than zero"), "{e}");
         let e = err_of(&BASE.replace(r#"bs = "64k""#, r#"bs = "64 furlongs""#));
-        assert!(e.contains("line 21") && e.contains("furlongs"), "{e}");
+        assert!(e.contains("line 17") && e.contains("bs = ") && e.contains("furlongs"), "{e}");
         let e = err_of(&BASE.replace("wrandiops = 2000", "wrandiops = 2000\nwarp = 9"));
         assert!(e.contains("unknown field `warp`"), "{e}");
         let e = err_of(&BASE.replace("duration = \"60s\"\n", ""));

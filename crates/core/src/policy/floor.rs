@@ -119,6 +119,10 @@ struct TenantState {
 /// Per-interval upward drift of the latency baseline.
 const LATENCY_BASELINE_DRIFT: f64 = 1.01;
 
+/// The smallest cap, as a share of capacity: a tenant without a floor is held
+/// back hard in contention, but never stopped dead.
+const MIN_CAP: f64 = 0.001;
+
 /// Per-interval recovery of the capacity estimate towards the cost model's:
 /// slow, because every probe past the real capacity queues the neighbours.
 const CAPACITY_RECOVERY: f64 = 1.003;
@@ -217,13 +221,22 @@ impl Policy for FloorPolicy {
             })
             .collect();
         let total: f64 = usage.iter().sum();
+        let floor_costs: Vec<f64> = snapshot
+            .tenants
+            .iter()
+            .zip(&mixes)
+            .map(|(t, mix)| t.spec.floor.and_then(|f| cost.rate_to_cost(f, &mix.unwrap_or_default())).unwrap_or(0.0))
+            .collect();
+        // A learned capacity never goes below what the floors need: one
+        // interval's measurement must not break a promise.
+        let floors_need = floor_costs.iter().sum::<f64>() / p.target_utilisation;
         let queue_overloaded = match (p.queue_knee, snapshot.device) {
             (Some(knee), Some(dev)) => Some(dev.avg_queue > knee),
             _ => None,
         };
         self.capacity_est = match queue_overloaded {
             // Saturated below the model's capacity: the device does less than modelled.
-            Some(true) if total > 0.0 && total < self.capacity_est => total,
+            Some(true) if total > 0.0 && total < self.capacity_est => total.max(floors_need.min(self.ctx.capacity)),
             Some(false) => (self.capacity_est * CAPACITY_RECOVERY).min(self.ctx.capacity),
             _ => self.capacity_est,
         };
@@ -253,7 +266,7 @@ impl Policy for FloorPolicy {
             .enumerate()
             .map(|(i, t)| {
                 let mix = mixes[i].unwrap_or_default();
-                let floor = t.spec.floor.and_then(|f| cost.rate_to_cost(f, &mix)).unwrap_or(0.0);
+                let floor = floor_costs[i];
                 let ceiling = t
                     .spec
                     .ceiling
@@ -328,7 +341,7 @@ impl Policy for FloorPolicy {
                     if c >= capacity && t.ceiling >= capacity {
                         None
                     } else {
-                        Some(c.min(t.ceiling))
+                        Some(c.min(t.ceiling).max(MIN_CAP * capacity))
                     }
                 };
                 let grow = |c: f64| match prev[i].cap {

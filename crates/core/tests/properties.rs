@@ -1,0 +1,158 @@
+//! Property tests of the policies' promises.
+
+use iofloor_core::cost::{CostModel, CostParams};
+use iofloor_core::model::*;
+use iofloor_core::policy::{build, FloorParams, PolicyContext, PolicyKind, PolicyParams};
+use iofloor_core::units::Rate;
+use proptest::prelude::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn model() -> CostModel {
+    CostModel::new(CostParams {
+        rbps: 2e9,
+        rseqiops: 400e3,
+        rrandiops: 250e3,
+        wbps: 1e9,
+        wseqiops: 150e3,
+        wrandiops: 60e3,
+    })
+    .unwrap()
+}
+
+#[derive(Debug, Clone)]
+struct TenantCase {
+    read_share: f64,
+    size: f64,
+    /// Floor as a share of the device (converted to the unit below).
+    floor_share: f64,
+    floor_unit: u8,
+    /// Demand as a multiple of the floor, per step.
+    demand: Vec<f64>,
+    vm: bool,
+    latency: bool,
+}
+
+fn tenant_case(steps: usize) -> impl Strategy<Value = TenantCase> {
+    (
+        0.0..=1.0f64,
+        prop::sample::select(vec![4096.0, 16384.0, 65536.0, 262144.0]),
+        0.0..0.3f64,
+        0u8..3,
+        prop::collection::vec(0.0..4.0f64, steps),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(read_share, size, floor_share, floor_unit, demand, vm, latency)| TenantCase {
+            read_share,
+            size,
+            floor_share,
+            floor_unit,
+            demand,
+            vm,
+            latency,
+        })
+}
+
+fn mix(c: &TenantCase) -> Usage {
+    Usage {
+        read: DirUsage { ios: c.read_share, bytes: c.read_share * c.size, seq_ios: 0.0 },
+        write: DirUsage { ios: 1.0 - c.read_share, bytes: (1.0 - c.read_share) * c.size, seq_ios: 0.0 },
+        latency_us: None,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Whatever the load, `floor` never sets a cap that would hold a tenant
+    /// below its floor, as long as the floors fit the device together.
+    #[test]
+    fn floor_never_caps_below_entitlement(
+        cases in prop::collection::vec(tenant_case(12), 1..12),
+        knee in prop::option::of(1.0..64.0f64),
+        queue in prop::collection::vec(0.0..100.0f64, 12),
+    ) {
+        let cost = model();
+        let params = FloorParams { queue_knee: knee, ..FloorParams::default() };
+        let budget = params.target_utilisation;
+        // Scale floors so that they fit the device together.
+        let total: f64 = cases.iter().map(|c| c.floor_share).sum();
+        let scale = if total > budget * 0.9 { budget * 0.9 / total } else { 1.0 };
+        let specs: Vec<Arc<TenantSpec>> = cases.iter().enumerate().map(|(i, c)| {
+            let share = c.floor_share * scale;
+            let per_unit = cost.rate_to_cost(Rate::Iops(1.0), &mix(c)).unwrap();
+            let per_byte = cost.rate_to_cost(Rate::BytesPerSec(1.0), &mix(c)).unwrap();
+            let floor = match c.floor_unit {
+                0 => Rate::Iops(share / per_unit),
+                1 => Rate::BytesPerSec(share / per_byte),
+                _ => Rate::Cost(share),
+            };
+            let mut s = TenantSpec::new(format!("t{i}"), if c.vm { TenantClass::Vm } else { TenantClass::Container });
+            if share > 1e-6 { s.floor = Some(floor); }
+            Arc::new(s)
+        }).collect();
+        let ctx = PolicyContext { cost, capacity: 1.0 };
+        let mut policy = build(PolicyKind::Floor, &PolicyParams { floor: params, ..Default::default() }, ctx);
+        let mut caps = vec![Caps::NONE; cases.len()];
+        for step in 0..12 {
+            // Each tenant gets what it asks, held to its cap (as blk-throttle would).
+            let samples: Vec<TenantSample> = cases.iter().zip(&specs).zip(&caps).map(|((c, spec), cap)| {
+                let wanted = c.demand[step] * c.floor_share.max(0.01);
+                let unit = mix(c);
+                let unit_cost = cost.cost_rate(&unit);
+                let allowed = cost.cost_allowed_by(cap, &unit).unwrap_or(f64::INFINITY);
+                let got = wanted.min(allowed);
+                let mut u = unit.scaled(got / unit_cost);
+                if c.latency { u.latency_us = Some(100.0 * (1.0 + c.demand[step])); }
+                TenantSample { spec: spec.clone(), usage: Some(u), caps: *cap }
+            }).collect();
+            let snap = Snapshot {
+                now: Duration::from_secs(step as u64),
+                interval: Duration::from_secs(1),
+                device: Some(DeviceSample { utilisation: 1.0, avg_queue: queue[step] }),
+                tenants: &samples,
+            };
+            caps = policy.decide(&snap);
+            prop_assert_eq!(caps.len(), cases.len());
+            for ((c, spec), cap) in cases.iter().zip(&specs).zip(&caps) {
+                if let Some(floor) = spec.floor {
+                    let floor_cost = cost.rate_to_cost(floor, &mix(c)).unwrap();
+                    if let Some(allowed) = cost.cost_allowed_by(cap, &mix(c)) {
+                        prop_assert!(allowed >= floor_cost * (1.0 - 1e-6),
+                            "step {step}: {} capped at {allowed} below its floor {floor_cost}", spec.name);
+                    }
+                }
+                for v in [cap.read_iops, cap.write_iops, cap.read_bps, cap.write_bps].into_iter().flatten() {
+                    prop_assert!(v.is_finite() && v > 0.0, "cap {v} is not a positive number");
+                }
+            }
+        }
+    }
+
+    /// Any policy returns one decision per tenant, with sane numbers, for any input.
+    #[test]
+    fn every_policy_answers_every_tenant(
+        cases in prop::collection::vec(tenant_case(3), 0..20),
+        kind in prop::sample::select(PolicyKind::ALL.to_vec()),
+        missing in any::<bool>(),
+    ) {
+        let ctx = PolicyContext { cost: model(), capacity: 1.0 };
+        let mut p = build(kind, &PolicyParams::default(), ctx);
+        for step in 0..3u64 {
+            let samples: Vec<TenantSample> = cases.iter().enumerate().map(|(i, c)| TenantSample {
+                spec: Arc::new(TenantSpec::new(format!("t{i}"), TenantClass::Container).with_floor(Rate::Iops(100.0))),
+                usage: if missing && i % 2 == 0 { None } else { Some(mix(c).scaled(c.demand[step as usize] * 50_000.0)) },
+                caps: Caps::NONE,
+            }).collect();
+            let snap = Snapshot { now: Duration::from_secs(step * 5), interval: Duration::from_secs(5), device: None, tenants: &samples };
+            let caps = p.decide(&snap);
+            prop_assert_eq!(caps.len(), samples.len());
+            for cap in caps {
+                for v in [cap.read_iops, cap.write_iops, cap.read_bps, cap.write_bps].into_iter().flatten() {
+                    prop_assert!(v.is_finite() && v > 0.0);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! The simulator's own promises: I/Os are conserved, runs are deterministic,
+//! the throttle model holds a cap, and the shipped scenarios reproduce the
+//! seed effects with `floor` ahead of the other policies.
+
+use iofloor_core::policy::PolicyKind;
+use iofloor_report::compare;
+use iofloor_sim::{run_policies, simulate, Scenario};
+use proptest::prelude::*;
+use std::path::PathBuf;
+
+fn scenario_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios").join(format!("{name}.toml"))
+}
+
+fn small_scenario(tenants: &[(String, u32, u32, Option<u32>)], parallelism: u32, policy_knee: bool, seed: u64) -> String {
+    let mut s = format!(
+        r#"name = "prop"
+duration = "6s"
+warmup = "1s"
+interval = "200ms"
+seed = {seed}
+[device]
+parallelism = {parallelism}
+rbps = "400MiB/s"
+rseqiops = 40000
+rrandiops = 20000
+wbps = "200MiB/s"
+wseqiops = 20000
+wrandiops = 8000
+jitter = 0.2
+"#
+    );
+    if policy_knee {
+        s.push_str(&format!("[policy.floor]\nqueue_knee = {}\n", parallelism as f64 * 1.5));
+    }
+    for (i, (rw, depth, jobs, rate)) in tenants.iter().enumerate() {
+        s.push_str(&format!(
+            "[[tenant]]\nname = \"t{i}\"\nclass = \"{}\"\nfloor = \"{}MB/s\"\n[[tenant.job]]\nrw = \"{rw}\"\nbs = \"{}k\"\niodepth = {depth}\nnumjobs = {jobs}\n",
+            if i % 2 == 0 { "vm" } else { "container" },
+            5 + i,
+            4 << (i % 4),
+        ));
+        if let Some(r) = rate {
+            s.push_str(&format!("rate = \"{r}MB/s\"\n"));
+        }
+        s.push_str("ramp = { every = \"2s\", add = 1, max = 4 }\n");
+    }
+    s
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Every issued I/O is either completed or still in flight at the end.
+    #[test]
+    fn ios_are_conserved(
+        tenants in prop::collection::vec((
+            prop::sample::select(vec!["randread", "randwrite", "randrw", "read", "write"]).prop_map(String::from),
+            1u32..16, 1u32..3, prop::option::of(1u32..30)), 1..5),
+        parallelism in 1u32..16,
+        kind in prop::sample::select(PolicyKind::ALL.to_vec()),
+        knee in any::<bool>(),
+        seed in 0u64..1000,
+    ) {
+        let text = small_scenario(&tenants, parallelism, knee, seed);
+        let sc = Scenario::parse(&text, "prop.toml").unwrap();
+        let out = simulate(&sc, Some(kind), &|_| {});
+        prop_assert!(out.ios_issued > 0);
+        prop_assert_eq!(out.ios_issued, out.ios_completed + out.ios_in_flight);
+        prop_assert_eq!(out.windows.len(), 6);
+        let done: f64 = out.windows.iter().flat_map(|w| w.tenants.iter().map(|t| t.got.iops)).sum();
+        prop_assert_eq!(done.round() as u64, out.ios_completed);
+    }
+}
+
+#[test]
+fn runs_are_deterministic_for_a_seed() {
+    let sc = Scenario::load(&scenario_path("noisy-4")).unwrap().time_scaled(0.1);
+    let a = simulate(&sc, Some(PolicyKind::Floor), &|_| {});
+    let b = simulate(&sc, Some(PolicyKind::Floor), &|_| {});
+    assert_eq!(a.ios_completed, b.ios_completed);
+    assert_eq!(a.windows, b.windows);
+}
+
+#[test]
+fn blk_throttle_model_holds_a_static_cap() {
+    // One closed-loop tenant that alone would take the whole device, capped by
+    // `static` at its floor-proportional share: the whole device, since it is alone.
+    // With a neighbour of equal floor, each is held to half.
+    let text = r#"
+name = "cap"
+duration = "20s"
+warmup = "2s"
+[device]
+parallelism = 8
+rbps = "400MiB/s"
+rseqiops = 40000
+rrandiops = 20000
+wbps = "200MiB/s"
+wseqiops = 20000
+wrandiops = 8000
+[[tenant]]
+name = "a"
+floor = "1000iops"
+[[tenant.job]]
+rw = "randread"
+bs = "4k"
+iodepth = 32
+[[tenant]]
+name = "b"
+floor = "1000iops"
+[[tenant.job]]
+rw = "randread"
+bs = "4k"
+iodepth = 32
+"#;
+    let sc = Scenario::parse(text, "cap.toml").unwrap();
+    let out = simulate(&sc, Some(PolicyKind::Static), &|_| {});
+    for w in &out.windows[3..] {
+        for t in &w.tenants {
+            // Half of 20,000 random 4 KiB reads per second, within 2 %.
+            assert!((t.got.iops - 10_000.0).abs() < 200.0, "window {}: {} IOPS", w.t, t.got.iops);
+        }
+    }
+}
+
+/// The issue's contract on every shipped scenario, at full length.
+#[test]
+fn shipped_scenarios_floor_beats_the_others() {
+    for name in ["noisy-4", "noisy-20", "size-mix", "hybrid"] {
+        let sc = Scenario::load(&scenario_path(name)).unwrap();
+        let runs = run_policies(&sc, &PolicyKind::ALL, 2, &|_| {});
+        let m: std::collections::HashMap<String, _> = compare(&runs).into_iter().collect();
+        let floor = &m["floor"];
+        for (p, other) in &m {
+            assert!(floor.floor_miss_rate <= other.floor_miss_rate, "{name}: floor misses more than {p}");
+        }
+        assert!(floor.floor_miss_rate < m["none"].floor_miss_rate, "{name}: none misses no more than floor");
+        assert!(floor.floor_miss_rate < m["top-throttle"].floor_miss_rate, "{name}: top-throttle misses no more");
+        assert!(floor.work_conservation > m["static"].work_conservation, "{name}: static conserves as much");
+        // The targets.
+        assert!(floor.floor_miss_rate <= 0.01, "{name}: floor-miss {}", floor.floor_miss_rate);
+        assert!(floor.work_conservation.unwrap() >= 0.95, "{name}: work conservation {:?}", floor.work_conservation);
+        assert!(floor.reaction_time_s.unwrap_or(0.0) <= 1.0, "{name}: reaction {:?}", floor.reaction_time_s);
+        assert!(floor.protected_p99_ratio.unwrap() <= 2.0, "{name}: p99 ratio {:?}", floor.protected_p99_ratio);
+    }
+}
