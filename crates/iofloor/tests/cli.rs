@@ -1,0 +1,143 @@
+//! End-to-end tests of the `iofloor` command.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn iofloor(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_iofloor")).args(args).output().expect("run iofloor")
+}
+
+fn scenario(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios")
+        .join(format!("{name}.toml"))
+        .display()
+        .to_string()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+#[test]
+fn sim_json_follows_the_contract() {
+    let out = iofloor(&["sim", "noisy-4", "--policy", "floor", "--policy", "top-throttle", "--json", "--time-scale", "0.1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+    assert_eq!(v["scenario"], "noisy-4");
+    let policies = v["policies"].as_object().unwrap();
+    // `none` is always run as the work-conservation reference.
+    for p in ["none", "floor", "top-throttle"] {
+        let m = &policies[p];
+        for key in ["floor_miss_rate", "work_conservation", "protected_p99_ratio", "aggregate_iops", "aggregate_bytes_per_s", "decision_time_us_max"] {
+            assert!(m[key].is_number(), "{p}.{key} = {}", m[key]);
+        }
+        assert!(m["reaction_time_s"].is_number() || m["reaction_time_s"].is_null());
+        let f = m["floor_miss_rate"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&f));
+        let tenants = m["tenants"].as_array().unwrap();
+        assert_eq!(tenants.len(), 4);
+        for t in tenants {
+            for key in ["floor_miss_rate", "min", "max", "avg", "p99_latency_ms"] {
+                assert!(t[key].is_number(), "{p} tenant {key}");
+            }
+            assert!(t["name"].is_string() && t["class"] == "vm");
+        }
+    }
+    assert_eq!(policies["none"]["work_conservation"], 1.0);
+}
+
+#[test]
+fn results_directory_rebuilds_the_same_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = iofloor(&["sim", &scenario("size-mix"), "--policy", "floor", "--time-scale", "0.1", "--out", d, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for f in ["summary.json", "report.md", "report.html", "runs/none.json", "runs/floor.json", "charts/floor-throughput.svg", "charts/floor-queue.svg", "charts/floor-floors.svg"] {
+        assert!(dir.path().join(f).exists(), "{f} missing");
+    }
+    let first: Value = serde_json::from_slice(&out.stdout).unwrap();
+    std::fs::remove_file(dir.path().join("summary.json")).unwrap();
+    let again = iofloor(&["report", d, "--json"]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let second: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(first, second);
+    assert!(dir.path().join("summary.json").exists());
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("floor-miss"));
+}
+
+/// Writes `text` as a scenario file and runs `sim` on it; returns the output.
+fn sim_text(text: &str) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.toml");
+    std::fs::write(&p, text).unwrap();
+    iofloor(&["sim", p.to_str().unwrap(), "--policy", "floor"])
+}
+
+fn noisy4() -> String {
+    std::fs::read_to_string(scenario("noisy-4")).unwrap()
+}
+
+#[track_caller]
+fn assert_refused(out: &Output, needles: &[&str]) {
+    assert_eq!(out.status.code(), Some(2), "exit code; stderr: {}", stderr(out));
+    let e = stderr(out);
+    for n in needles {
+        assert!(e.contains(n), "`{n}` not in: {e}");
+    }
+    assert!(!e.contains("panicked"), "{e}");
+    assert!(out.stdout.is_empty(), "nothing on stdout for a refused run");
+}
+
+#[test]
+fn bad_input_is_refused_with_the_field_and_line() {
+    let base = noisy4();
+    // Missing field.
+    assert_refused(&sim_text(&base.replacen("duration = \"600s\"\n", "", 1)), &["bad.toml", "missing field `duration`"]);
+    // Wrong unit: "10 MB/s" and "10MiB/s" parse; a bogus unit names field and line.
+    let ok = sim_text(&base.replacen("floor = \"8MB/s\"", "floor = \"8 MB/s\"", 1).replace("duration = \"600s\"", "duration = \"20s\""));
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    let ok = sim_text(&base.replacen("floor = \"8MB/s\"", "floor = \"7.5MiB/s\"", 1).replace("duration = \"600s\"", "duration = \"20s\""));
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert_refused(&sim_text(&base.replacen("floor = \"8MB/s\"", "floor = \"8 MBps\"", 1)), &["line 32", "floor = ", "no rate unit"]);
+    // Negative and zero rates.
+    assert_refused(&sim_text(&base.replacen("rate = \"8MB/s\"", "rate = \"-8MB/s\"", 1)), &["rate = ", "greater than zero"]);
+    assert_refused(&sim_text(&base.replacen("floor = \"3MB/s\"", "floor = \"0iops\"", 1)), &["floor = ", "greater than zero"]);
+    assert_refused(&sim_text(&base.replace("wrandiops = 2926", "wrandiops = 0")), &["device.wrandiops"]);
+    // Unknown keys are errors.
+    assert_refused(&sim_text(&base.replace("jitter = 0.1", "jitter = 0.1\njiter = 0.2")), &["unknown field `jiter`"]);
+    // Floors that exceed the device: admission control says which.
+    assert_refused(&sim_text(&base.replacen("floor = \"3MB/s\"", "floor = \"30MB/s\"", 1)), &["admission control", "cannot guarantee: vm4"]);
+    // Not TOML at all.
+    assert_refused(&sim_text("this is [not toml"), &["bad.toml", "TOML parse error"]);
+}
+
+#[test]
+fn unknown_policy_and_scenario_are_refused() {
+    let out = iofloor(&["sim", "noisy-4", "--policy", "fastest"]);
+    assert_refused(&out, &["unknown policy `fastest`", "floor"]);
+    let out = iofloor(&["sim", "no-such-scenario"]);
+    assert_refused(&out, &["no-such-scenario", "noisy-4"]);
+    let out = iofloor(&["sim", "noisy-4", "--time-scale", "0"]);
+    assert_refused(&out, &["--time-scale"]);
+    let out = iofloor(&["report", "/nonexistent/results"]);
+    assert_refused(&out, &["/nonexistent/results"]);
+}
+
+#[test]
+fn admission_control_reports_per_tenant() {
+    let out = iofloor(&["admit", "noisy-20", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["admitted"], true);
+    assert_eq!(v["tenants"].as_array().unwrap().len(), 20);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("over.toml");
+    std::fs::write(&p, noisy4().replacen("floor = \"6MB/s\"", "floor = \"60%\"", 1)).unwrap();
+    let out = iofloor(&["admit", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("vm3") && text.contains("NOT guaranteed"), "{text}");
+}
