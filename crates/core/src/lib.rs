@@ -11,6 +11,7 @@ pub mod control;
 pub mod cost;
 pub mod model;
 pub mod policy;
+pub mod synthetic;
 pub mod units;
 
 pub use control::{Backend, Controller, Counters, DeviceCounters, TickReport};

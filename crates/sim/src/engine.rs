@@ -14,7 +14,7 @@ use iofloor_core::units::Rate;
 use iofloor_report::record::{DeviceWindow, LatencySummary, Throughput, TenantWindow, Window};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
-use std::cmp::Reverse;
+use rand_distr::Exp1;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +26,7 @@ const THROTTLE_SLICE_NS: f64 = 20e6;
 /// How far a rate-limited fio job may fall behind and then catch up.
 const RATE_BACKLOG_NS: u64 = 1_000_000_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Complete,
     PathDone,
@@ -37,13 +37,65 @@ enum Kind {
     Window,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+impl Kind {
+    const ALL: [Kind; 7] =
+        [Kind::Complete, Kind::PathDone, Kind::Wake, Kind::Release, Kind::Phase, Kind::Control, Kind::Window];
+}
+
+/// Bits of an event key that hold the sequence number; the rest hold the time
+/// in nanoseconds, which bounds a run to 2^44 ns (4.8 hours).
+const SEQ_BITS: u32 = 20;
+/// The longest run the event key can represent.
+pub const MAX_DURATION: Duration = Duration::from_nanos(1 << (64 - SEQ_BITS));
+
+/// A scheduled event in 16 bytes, ordered by one integer: the time, then a
+/// sequence number (wrapping every 2^20 events), so events at the same time
+/// run in the order they were scheduled. Small and cheap to compare because
+/// the heap's comparisons are the simulator's hot path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Event {
-    time: u64,
-    seq: u64,
-    kind: Kind,
-    a: u32,
-    b: u32,
+    key: u64,
+    /// Kind in the top 3 bits, then `a` (32 bits) and `b` (29 bits).
+    payload: u64,
+}
+
+impl Event {
+    fn new(time: u64, seq: u64, kind: Kind, a: u32, b: u32) -> Event {
+        debug_assert!(b < 1 << 29);
+        Event {
+            key: time << SEQ_BITS | (seq & ((1 << SEQ_BITS) - 1)),
+            payload: (kind as u64) << 61 | (a as u64) << 29 | b as u64,
+        }
+    }
+
+    fn time(&self) -> u64 {
+        self.key >> SEQ_BITS
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::ALL[(self.payload >> 61) as usize]
+    }
+
+    fn a(&self) -> u32 {
+        (self.payload >> 29) as u32
+    }
+
+    fn b(&self) -> u32 {
+        (self.payload & ((1 << 29) - 1)) as u32
+    }
+}
+
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Event {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Reversed: BinaryHeap is a max-heap and the earliest event goes first.
+        other.key.cmp(&self.key)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -184,7 +236,7 @@ pub struct Engine<'s> {
     sc: &'s Scenario,
     now: u64,
     seq: u64,
-    events: BinaryHeap<Reverse<Event>>,
+    events: BinaryHeap<Event>,
     ios: Vec<Io>,
     free: Vec<u32>,
     instances: Vec<Instance>,
@@ -266,7 +318,7 @@ impl<'s> Engine<'s> {
 
     fn push(&mut self, time: u64, kind: Kind, a: u32, b: u32) {
         self.seq += 1;
-        self.events.push(Reverse(Event { time, seq: self.seq, kind, a, b }));
+        self.events.push(Event::new(time, self.seq, kind, a, b));
     }
 
     fn dir(write: bool) -> usize {
@@ -415,7 +467,8 @@ impl<'s> Engine<'s> {
             let th = &mut self.tenants[tenant as usize].throttle[dir];
             th.iops.set_rate(caps.iops(d).map(|v| v / NS), now);
             th.bps.set_rate(caps.bps(d).map(|v| v / NS), now);
-            th.generation = th.generation.wrapping_add(1) & 0x7fff_ffff;
+            // The generation rides in 28 bits of a release event's tag.
+            th.generation = th.generation.wrapping_add(1) & 0x0fff_ffff;
             if !th.queue.is_empty() {
                 let tag = dir as u32 | (th.generation << 1);
                 self.release(tenant, tag);
@@ -479,8 +532,8 @@ impl<'s> Engine<'s> {
         let d = &self.sc.device;
         let mut service = io.cost * d.parallelism as f64 * NS;
         if d.jitter > 0.0 {
-            let u: f64 = self.rng.random::<f64>();
-            service *= 1.0 - d.jitter - d.jitter * (1.0 - u).ln();
+            let tail: f64 = self.rng.sample(Exp1);
+            service *= 1.0 - d.jitter + d.jitter * tail;
         }
         if io.write {
             if let Some((after, factor)) = d.write_cliff {
@@ -580,20 +633,21 @@ impl<'s> Engine<'s> {
         }
         self.push(self.window_ns, Kind::Window, 0, 0);
         let (mut dec_max, mut dec_sum, mut dec_n) = (0.0f64, 0.0f64, 0u64);
-        while let Some(Reverse(ev)) = self.events.pop() {
-            if ev.time > end {
+        while let Some(ev) = self.events.pop() {
+            if ev.time() > end {
                 break;
             }
-            self.now = ev.time;
-            match ev.kind {
-                Kind::Complete => self.complete(ev.a),
-                Kind::PathDone => self.path_done(ev.a),
+            self.now = ev.time();
+            let (a, b) = (ev.a(), ev.b());
+            match ev.kind() {
+                Kind::Complete => self.complete(a),
+                Kind::PathDone => self.path_done(a),
                 Kind::Wake => {
-                    self.instances[ev.a as usize].wake_pending = false;
-                    self.try_issue(ev.a);
+                    self.instances[a as usize].wake_pending = false;
+                    self.try_issue(a);
                 }
-                Kind::Release => self.release(ev.a, ev.b),
-                Kind::Phase => self.apply_phase(ev.a, ev.b),
+                Kind::Release => self.release(a, b),
+                Kind::Phase => self.apply_phase(a, b),
                 Kind::Control => {
                     if let Some(c) = controller.as_mut() {
                         let report = c.tick(Duration::from_nanos(self.now), &mut SimBackend { engine: &mut self });

@@ -418,8 +418,8 @@ impl ScenarioFile {
             return Err("`name` must not be empty".into());
         }
         let duration = self.duration.0;
-        if duration < Duration::from_secs(1) {
-            return Err(format!("`duration` must be at least 1s, got {duration:?}"));
+        if duration < Duration::from_secs(1) || duration > crate::engine::MAX_DURATION {
+            return Err(format!("`duration` must be between 1s and 4h, got {duration:?}"));
         }
         let warmup = self.warmup.map(|w| w.0).unwrap_or(Duration::from_secs(10).min(duration / 10));
         if warmup >= duration {
