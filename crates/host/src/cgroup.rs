@@ -1,0 +1,360 @@
+//! cgroup I/O controllers: v1 `blkio` (blk-throttle) and v2 `io`.
+//!
+//! Both read per-device cumulative counters and write per-device limits for
+//! one block device of a cgroup. The cgroup root is injectable, so the same
+//! code runs against the live hierarchy and against recorded file trees.
+//!
+//! Written against the files directly rather than with cgroups-rs, which
+//! hard-codes the root and pulls a large tree for the handful of files used.
+
+use crate::error::{HostError, Result};
+use iofloor_core::{Caps, Counters};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// A block device number, as the kernel writes it: `MAJ:MIN`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct DevId {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl std::fmt::Display for DevId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+impl std::str::FromStr for DevId {
+    type Err = HostError;
+    fn from_str(s: &str) -> Result<DevId> {
+        let bad = || HostError::Invalid(format!("`{s}` is not a device number MAJ:MIN"));
+        let (a, b) = s.trim().split_once(':').ok_or_else(bad)?;
+        Ok(DevId { major: a.parse().map_err(|_| bad())?, minor: b.parse().map_err(|_| bad())? })
+    }
+}
+
+impl DevId {
+    /// The device number of a block device node; an error naming the path if
+    /// it does not exist or is not a block device.
+    pub fn of_block_device(path: &Path) -> Result<DevId> {
+        use std::os::unix::fs::FileTypeExt;
+        let meta = fs::metadata(path).map_err(|e| HostError::io(path, e))?;
+        if !meta.file_type().is_block_device() {
+            return Err(HostError::Invalid(format!("{} is not a block device", path.display())));
+        }
+        let st = rustix::fs::stat(path).map_err(|e| HostError::io(path, e.into()))?;
+        Ok(DevId { major: rustix::fs::major(st.st_rdev), minor: rustix::fs::minor(st.st_rdev) })
+    }
+
+    /// The kernel's name of the device (`loop0`), from /sys/dev/block.
+    pub fn kernel_name(&self, sys: &Path) -> Result<String> {
+        let link = sys.join(format!("dev/block/{self}"));
+        let target = fs::read_link(&link).map_err(|e| HostError::io(&link, e))?;
+        target
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .ok_or_else(|| HostError::Invalid(format!("{} has no device name", link.display())))
+    }
+}
+
+/// Which I/O controller a hierarchy offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Version {
+    V1,
+    V2,
+}
+
+/// Finds the I/O controller under `root`: v1 if it holds blk-throttle files,
+/// v2 if `io` is among its controllers.
+pub fn detect(root: &Path) -> Result<Version> {
+    if root.join("blkio.throttle.io_serviced").exists() {
+        return Ok(Version::V1);
+    }
+    let controllers = root.join("cgroup.controllers");
+    if let Ok(text) = fs::read_to_string(&controllers) {
+        if text.split_whitespace().any(|c| c == "io") {
+            return Ok(Version::V2);
+        }
+        return Err(HostError::Invalid(format!(
+            "{}: cgroup v2 without the io controller (controllers: {})",
+            root.display(),
+            text.trim()
+        )));
+    }
+    Err(HostError::Invalid(format!(
+        "{}: neither a cgroup v1 blkio hierarchy nor a cgroup v2 one (is blkio mounted?)",
+        root.display()
+    )))
+}
+
+/// One cgroup I/O controller for one device.
+pub trait IoController: Send {
+    fn version(&self) -> Version;
+    fn root(&self) -> &Path;
+    fn device(&self) -> DevId;
+    /// Cumulative counters of `cgroup` (relative to the root) for the device.
+    fn read(&self, cgroup: &Path) -> Result<Counters>;
+    /// The limits in force for the device.
+    fn caps(&self, cgroup: &Path) -> Result<Caps>;
+    /// Sets the limits (None = no limit).
+    fn set_caps(&self, cgroup: &Path, caps: &Caps) -> Result<()>;
+}
+
+fn read_file(path: &Path) -> Result<String> {
+    fs::read_to_string(path).map_err(|e| HostError::io(path, e))
+}
+
+fn write_file(path: &Path, text: &str) -> Result<()> {
+    fs::write(path, text).map_err(|e| HostError::io(path, e))
+}
+
+/// Builds the controller the hierarchy at `root` offers.
+pub fn controller(root: &Path, dev: DevId) -> Result<Box<dyn IoController>> {
+    Ok(match detect(root)? {
+        Version::V1 => Box::new(BlkioV1 { root: root.to_path_buf(), dev }),
+        Version::V2 => Box::new(IoV2 { root: root.to_path_buf(), dev }),
+    })
+}
+
+// ---------------------------------------------------------------- v1 ----
+
+/// cgroup v1 `blkio` with blk-throttle. Limits apply to direct I/O only and
+/// are flat: a parent's limit does not bound its children.
+pub struct BlkioV1 {
+    pub root: PathBuf,
+    pub dev: DevId,
+}
+
+const V1_LIMITS: [(&str, fn(&Caps) -> Option<f64>); 4] = [
+    ("blkio.throttle.read_iops_device", |c| c.read_iops),
+    ("blkio.throttle.write_iops_device", |c| c.write_iops),
+    ("blkio.throttle.read_bps_device", |c| c.read_bps),
+    ("blkio.throttle.write_bps_device", |c| c.write_bps),
+];
+
+impl BlkioV1 {
+    /// `MAJ:MIN Read N` lines of io_serviced / io_service_bytes for our device.
+    fn read_rw(&self, path: &Path) -> Result<(u64, u64)> {
+        let text = read_file(path)?;
+        let dev = self.dev.to_string();
+        let (mut r, mut w) = (0u64, 0u64);
+        for (n, line) in text.lines().enumerate() {
+            let mut f = line.split_whitespace();
+            match (f.next(), f.next(), f.next()) {
+                (Some(d), Some(op), Some(v)) if d == dev => {
+                    let v: u64 = v.parse().map_err(|_| {
+                        HostError::Invalid(format!("{}:{}: `{line}` is not `MAJ:MIN OP COUNT`", path.display(), n + 1))
+                    })?;
+                    match op {
+                        "Read" => r = v,
+                        "Write" => w = v,
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok((r, w))
+    }
+
+    fn read_limit(&self, path: &Path) -> Result<Option<f64>> {
+        let text = read_file(path)?;
+        let dev = self.dev.to_string();
+        for line in text.lines() {
+            let mut f = line.split_whitespace();
+            if let (Some(d), Some(v)) = (f.next(), f.next()) {
+                if d == dev {
+                    let v: f64 = v
+                        .parse()
+                        .map_err(|_| HostError::Invalid(format!("{}: `{line}` is not `MAJ:MIN LIMIT`", path.display())))?;
+                    return Ok((v > 0.0).then_some(v));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl IoController for BlkioV1 {
+    fn version(&self) -> Version {
+        Version::V1
+    }
+    fn root(&self) -> &Path {
+        &self.root
+    }
+    fn device(&self) -> DevId {
+        self.dev
+    }
+
+    fn read(&self, cgroup: &Path) -> Result<Counters> {
+        let dir = self.root.join(cgroup);
+        let (read_ios, write_ios) = self.read_rw(&dir.join("blkio.throttle.io_serviced"))?;
+        let (read_bytes, write_bytes) = self.read_rw(&dir.join("blkio.throttle.io_service_bytes"))?;
+        Ok(Counters { read_ios, write_ios, read_bytes, write_bytes, ..Default::default() })
+    }
+
+    fn caps(&self, cgroup: &Path) -> Result<Caps> {
+        let dir = self.root.join(cgroup);
+        Ok(Caps {
+            read_iops: self.read_limit(&dir.join(V1_LIMITS[0].0))?,
+            write_iops: self.read_limit(&dir.join(V1_LIMITS[1].0))?,
+            read_bps: self.read_limit(&dir.join(V1_LIMITS[2].0))?,
+            write_bps: self.read_limit(&dir.join(V1_LIMITS[3].0))?,
+        })
+    }
+
+    fn set_caps(&self, cgroup: &Path, caps: &Caps) -> Result<()> {
+        let dir = self.root.join(cgroup);
+        let caps = caps.rounded();
+        for (file, get) in V1_LIMITS {
+            // Writing 0 removes a limit.
+            let v = get(&caps).map(|v| v as u64).unwrap_or(0);
+            write_file(&dir.join(file), &format!("{} {v}", self.dev))?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------- v2 ----
+
+/// cgroup v2 `io`: `io.stat` counters, `io.max` limits, `io.weight`.
+pub struct IoV2 {
+    pub root: PathBuf,
+    pub dev: DevId,
+}
+
+impl IoV2 {
+    /// The `key=value` fields of our device's line in a v2 file, if any.
+    fn device_fields(&self, path: &Path) -> Result<Option<Vec<(String, String)>>> {
+        let text = read_file(path)?;
+        let dev = self.dev.to_string();
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            if words.next() == Some(dev.as_str()) {
+                let mut fields = Vec::new();
+                for w in words {
+                    let (k, v) = w.split_once('=').ok_or_else(|| {
+                        HostError::Invalid(format!("{}: `{w}` in `{line}` is not key=value", path.display()))
+                    })?;
+                    fields.push((k.to_string(), v.to_string()));
+                }
+                return Ok(Some(fields));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Sets the cgroup's weight (1..10000) for the device, as BFQ and io.cost use it.
+    pub fn set_weight(&self, cgroup: &Path, weight: u32) -> Result<()> {
+        if !(1..=10000).contains(&weight) {
+            return Err(HostError::Invalid(format!("io.weight must be 1..10000, got {weight}")));
+        }
+        write_file(&self.root.join(cgroup).join("io.weight"), &format!("{} {weight}", self.dev))
+    }
+}
+
+impl IoController for IoV2 {
+    fn version(&self) -> Version {
+        Version::V2
+    }
+    fn root(&self) -> &Path {
+        &self.root
+    }
+    fn device(&self) -> DevId {
+        self.dev
+    }
+
+    fn read(&self, cgroup: &Path) -> Result<Counters> {
+        let path = self.root.join(cgroup).join("io.stat");
+        let mut c = Counters::default();
+        // A cgroup that has done no I/O on the device has no line for it.
+        for (k, v) in self.device_fields(&path)?.unwrap_or_default() {
+            let n: u64 = v
+                .parse()
+                .map_err(|_| HostError::Invalid(format!("{}: `{k}={v}` is not a counter", path.display())))?;
+            match k.as_str() {
+                "rbytes" => c.read_bytes = n,
+                "wbytes" => c.write_bytes = n,
+                "rios" => c.read_ios = n,
+                "wios" => c.write_ios = n,
+                _ => {}
+            }
+        }
+        Ok(c)
+    }
+
+    fn caps(&self, cgroup: &Path) -> Result<Caps> {
+        let path = self.root.join(cgroup).join("io.max");
+        let mut caps = Caps::NONE;
+        for (k, v) in self.device_fields(&path)?.unwrap_or_default() {
+            let limit = if v == "max" {
+                None
+            } else {
+                Some(v.parse::<f64>().map_err(|_| HostError::Invalid(format!("{}: `{k}={v}`", path.display())))?)
+            };
+            match k.as_str() {
+                "rbps" => caps.read_bps = limit,
+                "wbps" => caps.write_bps = limit,
+                "riops" => caps.read_iops = limit,
+                "wiops" => caps.write_iops = limit,
+                _ => {}
+            }
+        }
+        Ok(caps)
+    }
+
+    fn set_caps(&self, cgroup: &Path, caps: &Caps) -> Result<()> {
+        let caps = caps.rounded();
+        let f = |v: Option<f64>| v.map(|x| (x as u64).to_string()).unwrap_or_else(|| "max".into());
+        let line = format!(
+            "{} rbps={} wbps={} riops={} wiops={}",
+            self.dev,
+            f(caps.read_bps),
+            f(caps.write_bps),
+            f(caps.read_iops),
+            f(caps.write_iops)
+        );
+        write_file(&self.root.join(cgroup).join("io.max"), &line)
+    }
+}
+
+// ------------------------------------------------------- cgroup lifecycle ----
+
+/// Creates a cgroup (and its parents) under the root.
+pub fn create(root: &Path, cgroup: &Path) -> Result<PathBuf> {
+    let dir = root.join(cgroup);
+    fs::create_dir_all(&dir).map_err(|e| HostError::io(&dir, e))?;
+    Ok(dir)
+}
+
+/// Moves a process into a cgroup.
+pub fn add_process(root: &Path, cgroup: &Path, pid: u32) -> Result<()> {
+    write_file(&root.join(cgroup).join("cgroup.procs"), &pid.to_string())
+}
+
+/// Processes in a cgroup.
+pub fn processes(root: &Path, cgroup: &Path) -> Result<Vec<u32>> {
+    let path = root.join(cgroup).join("cgroup.procs");
+    Ok(read_file(&path)?.lines().filter_map(|l| l.trim().parse().ok()).collect())
+}
+
+/// Removes a cgroup and its children, deepest first. The cgroups must have no
+/// processes left; an already-removed cgroup is not an error.
+pub fn remove_tree(root: &Path, cgroup: &Path) -> Result<()> {
+    let dir = root.join(cgroup);
+    if !dir.exists() {
+        return Ok(());
+    }
+    let entries = fs::read_dir(&dir).map_err(|e| HostError::io(&dir, e))?;
+    for e in entries.flatten() {
+        if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            remove_tree(root, &cgroup.join(e.file_name()))?;
+        }
+    }
+    match fs::remove_dir(&dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(HostError::io(&dir, e)),
+    }
+}

@@ -1,0 +1,18 @@
+//! iofloor-host: everything of iofloor that touches the operating system,
+//! behind small interfaces so the pure core never does. cgroup v1 `blkio` and
+//! v2 `io` controllers (counters in, limits out, root injectable so tests run
+//! on recorded trees), device counters from /proc/diskstats, the cgroup
+//! implementation of the core's `Backend`, and the test rig: a block device of
+//! known capacity built from qemu-storage-daemon, FUSE and a loop device.
+
+pub mod backend;
+pub mod cgroup;
+pub mod diskstats;
+pub mod error;
+pub mod fio;
+pub mod qmp;
+pub mod rig;
+
+pub use backend::CgroupBackend;
+pub use cgroup::{DevId, IoController, Version};
+pub use error::{HostError, Result};

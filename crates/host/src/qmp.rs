@@ -1,0 +1,76 @@
+//! A small synchronous QMP client: JSON lines over a unix socket.
+//!
+//! Hand-written rather than with the `qapi` crate because that crate's
+//! generated `query-blockstats` result fails to parse on QEMU < 8.1 (Debian
+//! 12 ships 7.2), and iofloor needs only a handful of commands whose answers
+//! it reads as plain JSON with defaults.
+
+use crate::error::{HostError, Result};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub struct Qmp {
+    path: PathBuf,
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+fn qmp_err(path: &Path, message: impl Into<String>) -> HostError {
+    HostError::Command { what: format!("QMP {}", path.display()), message: message.into() }
+}
+
+impl Qmp {
+    /// Connects, reads the greeting and enters command mode. `timeout` bounds
+    /// every read and write, so a hung QEMU cannot hang the caller.
+    pub fn connect(path: &Path, timeout: Duration) -> Result<Qmp> {
+        let stream = UnixStream::connect(path).map_err(|e| HostError::io(path, e))?;
+        stream.set_read_timeout(Some(timeout)).map_err(|e| HostError::io(path, e))?;
+        stream.set_write_timeout(Some(timeout)).map_err(|e| HostError::io(path, e))?;
+        let writer = stream.try_clone().map_err(|e| HostError::io(path, e))?;
+        let mut qmp = Qmp { path: path.to_path_buf(), reader: BufReader::new(stream), writer };
+        let greeting = qmp.read_message()?;
+        if greeting.get("QMP").is_none() {
+            return Err(qmp_err(path, format!("no QMP greeting, got {greeting}")));
+        }
+        qmp.execute("qmp_capabilities", None)?;
+        Ok(qmp)
+    }
+
+    fn read_message(&mut self) -> Result<Value> {
+        let mut line = String::new();
+        let n = self.reader.read_line(&mut line).map_err(|e| HostError::io(&self.path, e))?;
+        if n == 0 {
+            return Err(qmp_err(&self.path, "connection closed"));
+        }
+        serde_json::from_str(&line).map_err(|e| qmp_err(&self.path, format!("answered garbage ({e}): {}", line.trim())))
+    }
+
+    /// Runs one command and returns its `return` value; a QMP error becomes an
+    /// error naming the command. Asynchronous events are skipped.
+    pub fn execute(&mut self, command: &str, arguments: Option<Value>) -> Result<Value> {
+        let mut msg = json!({ "execute": command });
+        if let Some(args) = arguments {
+            msg["arguments"] = args;
+        }
+        let mut text = msg.to_string();
+        text.push('\n');
+        self.writer.write_all(text.as_bytes()).map_err(|e| HostError::io(&self.path, e))?;
+        loop {
+            let reply = self.read_message()?;
+            if reply.get("event").is_some() {
+                continue;
+            }
+            if let Some(ret) = reply.get("return") {
+                return Ok(ret.clone());
+            }
+            if let Some(err) = reply.get("error") {
+                let desc = err.get("desc").and_then(Value::as_str).unwrap_or("unknown error");
+                return Err(qmp_err(&self.path, format!("{command}: {desc}")));
+            }
+            return Err(qmp_err(&self.path, format!("{command}: unexpected answer {reply}")));
+        }
+    }
+}

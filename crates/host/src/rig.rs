@@ -1,0 +1,309 @@
+//! The test rig: a real block device of known capacity.
+//!
+//! A loop device straight over a file is CPU-bound on a small machine, so its
+//! capacity moves with CPU noise. The rig puts qemu-storage-daemon's throttle
+//! group in front of a sparse file on tmpfs, exports it through FUSE, and
+//! attaches a loop device with direct I/O to the exported file: a block device
+//! that serves a fixed number of IOPS (and optionally bytes/s, and size-weighted
+//! IOPS through QEMU's `iops-size`) in FIFO order, whatever the CPU does.
+//!
+//! Every rig keeps its state in a directory under the state root (default
+//! `/run/iofloor/rigs`), written before each resource is created, so
+//! `down` removes everything a rig made, also after a crash.
+
+use crate::error::{HostError, Result};
+use crate::qmp::Qmp;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+pub const DEFAULT_STATE_ROOT: &str = "/run/iofloor/rigs";
+
+/// The capacity of a rig.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RigSpec {
+    /// I/Os per second (QEMU `iops-total`).
+    pub iops: u64,
+    /// Bytes per second (QEMU `bps-total`), if limited.
+    pub bps: Option<u64>,
+    /// With it, an I/O of n × this size counts as n I/Os (QEMU `iops-size`).
+    pub size_unit: Option<u64>,
+    /// Size of the device.
+    pub size: u64,
+}
+
+impl RigSpec {
+    pub fn validate(&self) -> Result<()> {
+        if self.iops == 0 || self.iops > 10_000_000 {
+            return Err(HostError::Invalid(format!("--iops must be 1..10000000, got {}", self.iops)));
+        }
+        if self.bps == Some(0) {
+            return Err(HostError::Invalid("--bps must be positive".into()));
+        }
+        if let Some(u) = self.size_unit {
+            if u < 512 || u % 512 != 0 {
+                return Err(HostError::Invalid(format!("--size-unit must be a multiple of 512, got {u}")));
+            }
+        }
+        if self.size < 1 << 20 {
+            return Err(HostError::Invalid("--size must be at least 1MiB".into()));
+        }
+        Ok(())
+    }
+
+    /// QEMU throttle-group limits for this spec.
+    pub fn limits(&self) -> serde_json::Value {
+        let mut l = serde_json::json!({ "iops-total": self.iops });
+        if let Some(b) = self.bps {
+            l["bps-total"] = b.into();
+        }
+        if let Some(u) = self.size_unit {
+            l["iops-size"] = u.into();
+        }
+        l
+    }
+}
+
+/// What a rig made, recorded as it is made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rig {
+    pub dir: PathBuf,
+    pub spec: RigSpec,
+    pub backing: PathBuf,
+    pub mountpoint: PathBuf,
+    pub socket: PathBuf,
+    pub qsd_pid: Option<u32>,
+    pub device: Option<PathBuf>,
+}
+
+fn which(program: &str) -> Result<()> {
+    let found = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
+        .unwrap_or(false);
+    if found {
+        Ok(())
+    } else {
+        Err(HostError::Invalid(format!(
+            "`{program}` not found; install it (Debian: apt-get install {})",
+            match program {
+                "qemu-storage-daemon" => "qemu-system-common",
+                "losetup" => "mount",
+                other => other,
+            }
+        )))
+    }
+}
+
+fn run(cmd: &mut Command) -> Result<String> {
+    let what = format!("{cmd:?}");
+    let out = cmd.output().map_err(|e| HostError::Command { what: what.clone(), message: e.to_string() })?;
+    if !out.status.success() {
+        return Err(HostError::Command { what, message: String::from_utf8_lossy(&out.stderr).trim().to_string() });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn is_mounted(path: &Path) -> bool {
+    let target = path.to_string_lossy();
+    std::fs::read_to_string("/proc/mounts")
+        .map(|m| m.lines().any(|l| l.split_whitespace().nth(1) == Some(target.as_ref())))
+        .unwrap_or(false)
+}
+
+fn process_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// True if `pid` is a qemu-storage-daemon serving files in `dir`: only such a
+/// process is ever killed, never a reused PID.
+fn is_our_daemon(pid: u32, dir: &Path) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| {
+            let text = String::from_utf8_lossy(&c);
+            text.contains("qemu-storage-daemon") && text.contains(dir.to_string_lossy().as_ref())
+        })
+        .unwrap_or(false)
+}
+
+impl Rig {
+    fn save(&self) -> Result<()> {
+        let path = self.dir.join("state.json");
+        let text = serde_json::to_string_pretty(self).expect("rig state serialises");
+        std::fs::write(&path, text).map_err(|e| HostError::io(&path, e))
+    }
+
+    /// Creates a rig under `state_root` and returns it with its device path.
+    /// On any failure, what was made so far is removed again.
+    pub fn up(spec: RigSpec, state_root: &Path) -> Result<Rig> {
+        spec.validate()?;
+        which("qemu-storage-daemon")?;
+        which("losetup")?;
+        if !Path::new("/dev/fuse").exists() {
+            return Err(HostError::Invalid("/dev/fuse is missing: FUSE is needed for the rig".into()));
+        }
+        std::fs::create_dir_all(state_root).map_err(|e| HostError::io(state_root, e))?;
+        let dir = tempfile_dir(state_root)?;
+        let mut rig = Rig {
+            backing: dir.join("backing.img"),
+            mountpoint: dir.join("device.img"),
+            socket: dir.join("qmp.sock"),
+            dir,
+            spec,
+            qsd_pid: None,
+            device: None,
+        };
+        rig.save()?;
+        match rig.start() {
+            Ok(()) => Ok(rig),
+            Err(e) => {
+                let _ = rig.down();
+                Err(e)
+            }
+        }
+    }
+
+    fn start(&mut self) -> Result<()> {
+        let backing = std::fs::File::create(&self.backing).map_err(|e| HostError::io(&self.backing, e))?;
+        backing.set_len(self.spec.size).map_err(|e| HostError::io(&self.backing, e))?;
+        std::fs::File::create(&self.mountpoint).map_err(|e| HostError::io(&self.mountpoint, e))?;
+        let pidfile = self.dir.join("qsd.pid");
+        let mut group = format!("throttle-group,id=dev,x-iops-total={}", self.spec.iops);
+        if let Some(b) = self.spec.bps {
+            group.push_str(&format!(",x-bps-total={b}"));
+        }
+        if let Some(u) = self.spec.size_unit {
+            group.push_str(&format!(",x-iops-size={u}"));
+        }
+        run(Command::new("qemu-storage-daemon")
+            .arg("--blockdev")
+            .arg(format!("driver=file,node-name=f0,filename={},aio=threads", self.backing.display()))
+            .arg("--object")
+            .arg(group)
+            .arg("--blockdev")
+            .arg("driver=throttle,node-name=t0,throttle-group=dev,file=f0")
+            .arg("--export")
+            .arg(format!("type=fuse,id=e0,node-name=t0,mountpoint={},writable=on", self.mountpoint.display()))
+            .arg("--chardev")
+            .arg(format!("socket,path={},server=on,wait=off,id=c0", self.socket.display()))
+            .arg("--monitor")
+            .arg("chardev=c0")
+            .arg("--pidfile")
+            .arg(&pidfile)
+            .arg("--daemonize"))?;
+        let pid_text = std::fs::read_to_string(&pidfile).map_err(|e| HostError::io(&pidfile, e))?;
+        self.qsd_pid = Some(pid_text.trim().parse().map_err(|_| HostError::Invalid(format!("{}: not a pid", pidfile.display())))?);
+        self.save()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !is_mounted(&self.mountpoint) {
+            if Instant::now() > deadline {
+                return Err(HostError::Invalid(format!("FUSE export {} did not appear", self.mountpoint.display())));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let device = run(Command::new("losetup").args(["-f", "--show", "--direct-io=on"]).arg(&self.mountpoint))?;
+        self.device = Some(PathBuf::from(device));
+        self.save()
+    }
+
+    /// Changes the rig's capacity live (QMP `qom-set` of the group's limits).
+    pub fn set_limits(&self, spec: &RigSpec) -> Result<()> {
+        spec.validate()?;
+        let mut qmp = Qmp::connect(&self.socket, Duration::from_secs(5))?;
+        qmp.execute("qom-set", Some(serde_json::json!({"path": "dev", "property": "limits", "value": spec.limits()})))?;
+        Ok(())
+    }
+
+    /// Removes everything this rig made, in reverse order; tolerates parts
+    /// already gone.
+    pub fn down(&self) -> Result<()> {
+        let mut first_error = None;
+        let mut keep = |r: Result<()>| {
+            if let Err(e) = r {
+                first_error.get_or_insert(e);
+            }
+        };
+        // Detach every loop device backed by our exported file.
+        if self.mountpoint.exists() {
+            if let Ok(list) = run(Command::new("losetup").arg("-j").arg(&self.mountpoint)) {
+                for line in list.lines() {
+                    if let Some(dev) = line.split(':').next().filter(|d| d.starts_with("/dev/")) {
+                        keep(run(Command::new("losetup").arg("-d").arg(dev)).map(|_| ()));
+                    }
+                }
+            }
+        }
+        if let Some(pid) = self.qsd_pid.filter(|p| is_our_daemon(*p, &self.dir)) {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(pid as i32).expect("pid > 0"),
+                rustix::process::Signal::TERM,
+            );
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while process_alive(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if process_alive(pid) {
+                let _ = rustix::process::kill_process(
+                    rustix::process::Pid::from_raw(pid as i32).expect("pid > 0"),
+                    rustix::process::Signal::KILL,
+                );
+            }
+        }
+        if is_mounted(&self.mountpoint) {
+            keep(run(Command::new("umount").arg("-l").arg(&self.mountpoint)).map(|_| ()));
+        }
+        match std::fs::remove_dir_all(&self.dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => keep(Err(HostError::io(&self.dir, e))),
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Every rig recorded under `state_root`.
+    pub fn list(state_root: &Path) -> Result<Vec<Rig>> {
+        let Ok(entries) = std::fs::read_dir(state_root) else { return Ok(Vec::new()) };
+        let mut rigs = Vec::new();
+        for e in entries.flatten() {
+            let state = e.path().join("state.json");
+            if let Ok(text) = std::fs::read_to_string(&state) {
+                match serde_json::from_str::<Rig>(&text) {
+                    Ok(r) => rigs.push(r),
+                    Err(err) => return Err(HostError::Invalid(format!("{}: {err}", state.display()))),
+                }
+            }
+        }
+        Ok(rigs)
+    }
+
+    /// Removes every rig under `state_root`; returns how many.
+    pub fn down_all(state_root: &Path) -> Result<usize> {
+        let rigs = Rig::list(state_root)?;
+        let mut first_error = None;
+        for r in &rigs {
+            if let Err(e) = r.down() {
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(rigs.len()),
+        }
+    }
+}
+
+/// A new directory `rig-<pid>-<n>` under `root`.
+fn tempfile_dir(root: &Path) -> Result<PathBuf> {
+    for n in 0..1000 {
+        let dir = root.join(format!("rig-{}-{n}", std::process::id()));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(HostError::io(&dir, e)),
+        }
+    }
+    Err(HostError::Invalid(format!("{}: no free rig directory name", root.display())))
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what iofloor's real-device path needs and a fresh machine of this
+# kind lacks: fio, qemu-storage-daemon (qemu-system-common). Needs root.
+set -euo pipefail
+missing=()
+command -v fio >/dev/null || missing+=(fio)
+command -v qemu-storage-daemon >/dev/null || missing+=(qemu-system-common)
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "iofloor: need root to install ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "installing ${missing[*]} ..." >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
