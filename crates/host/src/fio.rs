@@ -97,6 +97,22 @@ impl FioJob {
         a
     }
 
+    /// Runs the job to its end in the caller's cgroup and reads its result.
+    pub fn run(&self) -> Result<FioOutput> {
+        let out = Command::new("fio")
+            .args(self.args())
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| HostError::Command { what: "fio".into(), message: e.to_string() })?;
+        if !out.status.success() {
+            return Err(HostError::Command {
+                what: format!("fio {}", self.name),
+                message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        read_output(&self.output)
+    }
+
     /// Starts the process inside `cgroup_procs` (a cgroup's `cgroup.procs`
     /// file): the child moves itself there before exec, so every I/O it
     /// issues is charged to the cgroup.

@@ -59,6 +59,94 @@ enum Command {
     },
     /// List the shipped scenarios.
     Scenarios,
+    /// Run a scenario with real fio tenants in cgroups on a real block device.
+    Bench {
+        /// A scenario file or the name of a shipped one.
+        scenario: String,
+        /// The block device the tenants share (e.g. the one `iofloor rig up` printed).
+        #[arg(long)]
+        device: PathBuf,
+        /// Policy to run; repeat for several (none is always run as the reference).
+        #[arg(long = "policy")]
+        policies: Vec<String>,
+        /// Scale every time in the scenario (0.25 runs the 10-minute noisy-4 in 2.5).
+        #[arg(long, default_value_t = 1.0)]
+        time_scale: f64,
+        /// Results directory (raw runs, fio logs, reports). Default: results/bench-SCENARIO.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print the summary as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+        /// Cost model for the policies (a file written by `iofloor calibrate`).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Root of the cgroup hierarchy with the I/O controller.
+        #[arg(long, default_value = "/sys/fs/cgroup/blkio")]
+        cgroup_root: PathBuf,
+        /// Length of each protected tenant's alone run (its p99 baseline), seconds.
+        #[arg(long, default_value_t = 10.0)]
+        alone_secs: f64,
+    },
+    /// The demo: a rig sized like the scenario's device, the scenario (noisy-4,
+    /// shortened) under `none` and `floor` with real fio, the report, clean-up.
+    Demo {
+        #[arg(long, default_value = "noisy-4")]
+        scenario: String,
+        /// Shortens the scenario (0.2 runs noisy-4's 10 minutes in 2 per policy).
+        #[arg(long, default_value_t = 0.2)]
+        time_scale: f64,
+        #[arg(long, default_value = "results/demo")]
+        out: PathBuf,
+    },
+    /// Measure a device's cost model and queue knee with fio (io.cost form).
+    Calibrate {
+        device: PathBuf,
+        /// Write the model here (TOML, read by `bench --model`); default: print it.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Seconds per fio measurement (about 20 measurements).
+        #[arg(long, default_value_t = 3.0)]
+        secs: f64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A block device of known capacity for tests and demos.
+    Rig {
+        #[command(subcommand)]
+        action: RigAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum RigAction {
+    /// Create a rig; prints its block device as the last line.
+    Up {
+        /// I/Os per second the device serves.
+        #[arg(long)]
+        iops: u64,
+        /// Bytes per second (e.g. 200MiB/s), if limited too.
+        #[arg(long)]
+        bps: Option<String>,
+        /// Count an I/O of n times this size as n I/Os (e.g. 4k).
+        #[arg(long)]
+        size_unit: Option<String>,
+        /// Device size.
+        #[arg(long, default_value = "1GiB")]
+        size: String,
+        #[arg(long, default_value = iofloor_host::rig::DEFAULT_STATE_ROOT)]
+        state_dir: PathBuf,
+    },
+    /// Remove every rig (also after a crash).
+    Down {
+        #[arg(long, default_value = iofloor_host::rig::DEFAULT_STATE_ROOT)]
+        state_dir: PathBuf,
+    },
+    /// List the rigs.
+    List {
+        #[arg(long, default_value = iofloor_host::rig::DEFAULT_STATE_ROOT)]
+        state_dir: PathBuf,
+    },
 }
 
 /// An error caused by what the user gave us: exit code 2.
@@ -85,11 +173,44 @@ fn main() -> ExitCode {
             eprintln!("iofloor: error: {e:#}");
             if e.downcast_ref::<BadInput>().is_some() {
                 ExitCode::from(2)
+            } else if matches!(e.downcast_ref::<iofloor_bench::BenchError>(), Some(iofloor_bench::BenchError::Interrupted)) {
+                ExitCode::from(130)
             } else {
                 ExitCode::from(1)
             }
         }
     }
+}
+
+/// Sets the returned flag on SIGINT or SIGTERM, so long runs stop cleanly.
+fn stop_flag() -> anyhow::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, flag.clone()).context("installing the signal handler")?;
+    }
+    Ok(flag)
+}
+
+fn parse_size_arg(flag: &str, text: &str) -> anyhow::Result<u64> {
+    iofloor_core::units::parse_size(text).map_err(|e| bad(format!("{flag}: {e}")))
+}
+
+fn bench_error(e: iofloor_bench::BenchError) -> anyhow::Error {
+    match e {
+        iofloor_bench::BenchError::Invalid(m) => bad(m),
+        other => anyhow::Error::new(other),
+    }
+}
+
+/// Reads the `[model]` table of a file written by `iofloor calibrate`.
+fn load_model(path: &Path) -> anyhow::Result<iofloor_core::CostModel> {
+    #[derive(serde::Deserialize)]
+    struct File {
+        model: iofloor_core::CostParams,
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    let f: File = toml::from_str(&text).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    iofloor_core::CostModel::new(f.model).map_err(|e| bad(format!("{}: {e}", path.display())))
 }
 
 fn load_scenario(arg: &str) -> anyhow::Result<Scenario> {
@@ -121,7 +242,7 @@ fn verdict(scenario: &Scenario) -> admission::AdmissionVerdict {
 fn progress_bar() -> ProgressBar {
     let bar = ProgressBar::new(1000);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} simulating [{bar:40}] {percent:>3}% {elapsed} (eta {eta})")
+        ProgressStyle::with_template("{spinner} {msg:12} [{bar:40}] {percent:>3}% {elapsed} (eta {eta})")
             .expect("valid template")
             .progress_chars("=> "),
     );
@@ -197,6 +318,168 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 Err(bad(format!("{}: {}", sc.name, v.summary())))
             }
         }
+        Command::Bench { scenario, device, policies, time_scale, out, json, model, cgroup_root, alone_secs } => {
+            let mut sc = load_scenario(&scenario)?;
+            let policies = parse_policies(&policies)?;
+            if !(time_scale.is_finite() && time_scale > 0.0 && time_scale <= 100.0) {
+                return Err(bad(format!("--time-scale must be in (0, 100], got {time_scale}")));
+            }
+            if !(alone_secs.is_finite() && alone_secs >= 2.0) {
+                return Err(bad(format!("--alone-secs must be at least 2, got {alone_secs}")));
+            }
+            if time_scale != 1.0 {
+                sc = sc.time_scaled(time_scale);
+            }
+            let model = model.as_deref().map(load_model).transpose()?;
+            let out = out.unwrap_or_else(|| PathBuf::from(format!("results/bench-{}", sc.name)));
+            let opts = iofloor_bench::BenchOptions {
+                device,
+                policies,
+                cgroup_root,
+                work_dir: out.join("fio"),
+                model,
+                alone: std::time::Duration::from_secs_f64(alone_secs),
+                settle: std::time::Duration::from_secs(2),
+            };
+            iofloor_bench::preflight(&sc, &opts).map_err(bench_error)?;
+            if sc.tenants.iter().any(|t| t.spec.class == iofloor_core::TenantClass::Vm) {
+                // Said rather than pretended: the QEMU path of VMs is simulated only.
+                eprintln!("note: VM tenants run as fio in cgroups here; the VM I/O path is not emulated");
+            }
+            let stop = stop_flag()?;
+            let bar = progress_bar();
+            eprintln!(
+                "running {} on {} (about {:.0} s)",
+                sc.name,
+                opts.device.display(),
+                iofloor_bench::planned_time(&sc, &opts).as_secs_f64()
+            );
+            let runs = iofloor_bench::run(&sc, &opts, &stop, &|f, what| {
+                bar.set_message(what.to_string());
+                bar.set_position((f * 1000.0) as u64)
+            });
+            bar.finish_and_clear();
+            let runs = runs.map_err(bench_error)?;
+            let compared = iofloor_report::compare(&runs);
+            let written = render::write_dir(&out, &runs).with_context(|| format!("writing {}", out.display()))?;
+            eprintln!("report: {}", written.html.display());
+            if json {
+                println!("{}", render::summary_json(&sc.name, &compared));
+            } else {
+                println!("{} on {}\n", sc.name, opts.device.display());
+                println!("{}", render::comparison_table(&compared));
+                println!("{}", render::tenant_table(&compared));
+            }
+            Ok(())
+        }
+        Command::Calibrate { device, out, secs, json } => {
+            iofloor_host::DevId::of_block_device(&device).map_err(|e| bad(e.to_string()))?;
+            iofloor_host::fio::check_version().map_err(|e| bad(e.to_string()))?;
+            if !(secs.is_finite() && (1.0..=600.0).contains(&secs)) {
+                return Err(bad(format!("--secs must be 1..600, got {secs}")));
+            }
+            let work = tempfile::tempdir().context("a scratch directory")?;
+            eprintln!(
+                "calibrating {} (writes to it; about {:.0} s)",
+                device.display(),
+                iofloor_bench::calibrate::planned(secs).as_secs_f64()
+            );
+            let cal = iofloor_bench::calibrate::calibrate(&device, work.path(), secs, &|what| eprintln!("  {what}"))
+                .map_err(bench_error)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&cal)?);
+            } else {
+                for h in &cal.held_out {
+                    eprintln!(
+                        "  held out {:<20} measured {:>9.0} IOPS, model {:>9.0} ({:+.1}%)",
+                        h.name, h.measured_iops, h.predicted_iops, h.error * 100.0
+                    );
+                }
+            }
+            match out {
+                Some(path) => {
+                    std::fs::write(&path, cal.to_toml()).with_context(|| format!("writing {}", path.display()))?;
+                    eprintln!("model written to {}", path.display());
+                }
+                None if !json => print!("{}", cal.to_toml()),
+                None => {}
+            }
+            Ok(())
+        }
+        Command::Demo { scenario, time_scale, out } => {
+            let sc = load_scenario(&scenario)?;
+            // A rig that serves as many I/Os as the scenario's device does for its mix.
+            let mixes: Vec<_> = sc.tenants.iter().filter_map(|t| sc.expected_mix(t)).collect();
+            let (ios, cost) = mixes
+                .iter()
+                .fold((0.0, 0.0), |(i, c), m| (i + m.iops(), c + sc.device.cost.cost_rate(m)));
+            let iops = (ios / cost).round() as u64;
+            let state = out.join("rig");
+            let spec = iofloor_host::rig::RigSpec { iops, bps: None, size_unit: None, size: 1 << 30 };
+            eprintln!("bringing up a rig of {iops} IOPS (the {} device for its I/O mix)", sc.name);
+            let rig = iofloor_host::rig::Rig::up(spec, &state).map_err(|e| bad(e.to_string()))?;
+            struct RigGuard(PathBuf);
+            impl Drop for RigGuard {
+                fn drop(&mut self) {
+                    if let Err(e) = iofloor_host::rig::Rig::down_all(&self.0) {
+                        eprintln!("warning: removing the rig: {e}");
+                    }
+                }
+            }
+            let _guard = RigGuard(state);
+            let device = rig.device.clone().expect("a started rig has a device");
+            run(Cli {
+                command: Command::Bench {
+                    scenario,
+                    device,
+                    policies: vec!["floor".into()],
+                    time_scale,
+                    out: Some(out.clone()),
+                    json: false,
+                    model: None,
+                    cgroup_root: PathBuf::from("/sys/fs/cgroup/blkio"),
+                    alone_secs: 10.0,
+                },
+            })
+        }
+        Command::Rig { action } => match action {
+            RigAction::Up { iops, bps, size_unit, size, state_dir } => {
+                let bps = match bps {
+                    Some(text) => match iofloor_core::Rate::parse(&text).map_err(|e| bad(format!("--bps: {e}")))? {
+                        iofloor_core::Rate::BytesPerSec(b) => Some(b.round() as u64),
+                        other => return Err(bad(format!("--bps: `{text}` is {other}, not a bandwidth"))),
+                    },
+                    None => None,
+                };
+                let spec = iofloor_host::rig::RigSpec {
+                    iops,
+                    bps,
+                    size_unit: size_unit.as_deref().map(|s| parse_size_arg("--size-unit", s)).transpose()?,
+                    size: parse_size_arg("--size", &size)?,
+                };
+                spec.validate().map_err(|e| bad(e.to_string()))?;
+                let rig = iofloor_host::rig::Rig::up(spec, &state_dir)?;
+                eprintln!("rig in {} ({} IOPS)", rig.dir.display(), spec.iops);
+                println!("{}", rig.device.expect("a started rig has a device").display());
+                Ok(())
+            }
+            RigAction::Down { state_dir } => {
+                let n = iofloor_host::rig::Rig::down_all(&state_dir)?;
+                eprintln!("removed {n} rig(s)");
+                Ok(())
+            }
+            RigAction::List { state_dir } => {
+                for r in iofloor_host::rig::Rig::list(&state_dir)? {
+                    println!(
+                        "{}\t{} IOPS\t{}",
+                        r.device.map(|d| d.display().to_string()).unwrap_or_else(|| "(starting)".into()),
+                        r.spec.iops,
+                        r.dir.display()
+                    );
+                }
+                Ok(())
+            }
+        },
         Command::Scenarios => {
             for name in scenarios::names() {
                 let sc = load_scenario(name)?;

@@ -1,0 +1,245 @@
+//! One run's resources: a parent cgroup with a cgroup per tenant, the fio
+//! processes inside them, and the throttles the policy set. Dropping the
+//! session (normal end, error, Ctrl-C) stops every process it started, by PID,
+//! clears the throttles and removes the cgroups.
+
+use crate::{fio_job, BenchError, Result};
+use iofloor_core::{Caps, Counters};
+use iofloor_host::cgroup::{self, DevId, IoController};
+use iofloor_sim::scenario::{Job, Scenario};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+struct Proc {
+    child: Child,
+    tenant: usize,
+    job: usize,
+    iodepth: u32,
+    region: u32,
+    started: Duration,
+    log: PathBuf,
+    name: String,
+}
+
+/// Where one process's completion-latency log is, and when it started.
+pub(crate) struct LogInfo {
+    pub path: PathBuf,
+    pub tenant: usize,
+    pub started: Duration,
+}
+
+pub(crate) struct Session {
+    root: PathBuf,
+    parent: PathBuf,
+    tenants: Vec<PathBuf>,
+    io: Box<dyn IoController>,
+    procs: Vec<Proc>,
+    finished: Vec<LogInfo>,
+    free_regions: Vec<u32>,
+    region_size: u64,
+    pub start: Option<Instant>,
+    spawned: u32,
+    cleaned: bool,
+}
+
+fn signal(pid: u32, sig: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(pid, sig);
+    }
+}
+
+impl Session {
+    pub fn create(root: &Path, dev: DevId, scenario: &Scenario, tag: &str) -> Result<Session> {
+        let parent = PathBuf::from(format!("iofloor-bench-{}-{tag}", std::process::id()));
+        let io = cgroup::controller(root, dev)?;
+        let mut s = Session {
+            root: root.to_path_buf(),
+            parent: parent.clone(),
+            tenants: Vec::new(),
+            io,
+            procs: Vec::new(),
+            finished: Vec::new(),
+            free_regions: Vec::new(),
+            region_size: 0,
+            start: None,
+            spawned: 0,
+            cleaned: false,
+        };
+        for t in &scenario.tenants {
+            // cgroup v1 blk-throttle is flat: every tenant is a leaf with its own limits.
+            let rel = parent.join(sanitize(&t.spec.name));
+            cgroup::create(root, &rel)?;
+            s.tenants.push(rel);
+        }
+        Ok(s)
+    }
+
+    pub fn set_regions(&mut self, count: u32, size: u64) {
+        self.free_regions = (0..count).rev().collect();
+        self.region_size = size;
+    }
+
+    pub fn tenant_cgroup(&self, i: usize) -> &Path {
+        &self.tenants[i]
+    }
+
+    pub fn read(&self, i: usize) -> Result<Counters> {
+        Ok(self.io.read(&self.tenants[i])?)
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.start.map(|s| s.elapsed()).unwrap_or_default()
+    }
+
+    fn stop_proc(&mut self, mut p: Proc) {
+        signal(p.child.id(), rustix::process::Signal::TERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match p.child.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                _ => {
+                    let _ = p.child.kill();
+                    let _ = p.child.wait();
+                    break;
+                }
+            }
+        }
+        self.free_regions.push(p.region);
+        self.finished.push(LogInfo { path: p.log, tenant: p.tenant, started: p.started });
+    }
+
+    /// Brings a job to `numjobs` processes at `iodepth`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_processes(
+        &mut self,
+        tenant: usize,
+        job: usize,
+        spec: &Job,
+        numjobs: u32,
+        iodepth: u32,
+        runtime_s: f64,
+        device: &Path,
+        work: &Path,
+    ) -> Result<()> {
+        let mine = |p: &Proc| p.tenant == tenant && p.job == job;
+        // A new depth needs new processes: fio cannot change it live.
+        let mut keep = Vec::new();
+        let mut stop = Vec::new();
+        for p in std::mem::take(&mut self.procs) {
+            if mine(&p) && p.iodepth != iodepth {
+                stop.push(p);
+            } else {
+                keep.push(p);
+            }
+        }
+        self.procs = keep;
+        for p in stop {
+            self.stop_proc(p);
+        }
+        let mut count = self.procs.iter().filter(|p| mine(p)).count() as u32;
+        while count > numjobs {
+            let idx = self.procs.iter().rposition(|p| mine(p)).expect("a process of the job");
+            let p = self.procs.remove(idx);
+            self.stop_proc(p);
+            count -= 1;
+        }
+        while count < numjobs {
+            let region = self.free_regions.pop().ok_or_else(|| BenchError::Failed("no free device region".into()))?;
+            self.spawned += 1;
+            let name = format!("{}-j{job}-p{}", sanitize(&self.tenants[tenant].file_name().unwrap().to_string_lossy()), self.spawned);
+            let fj = fio_job(
+                spec,
+                name.clone(),
+                device,
+                iodepth,
+                runtime_s,
+                work,
+                region as u64 * self.region_size,
+                self.region_size,
+            );
+            let procs = self.root.join(&self.tenants[tenant]).join("cgroup.procs");
+            let child = fj.spawn_in(&procs)?;
+            let log = PathBuf::from(format!("{}_clat.log", fj.lat_log.as_ref().expect("lat log set").display()));
+            self.procs.push(Proc { child, tenant, job, iodepth, region, started: self.elapsed(), log, name });
+            count += 1;
+        }
+        Ok(())
+    }
+
+    /// A message if a process ended before it was told to (fio died).
+    pub fn check_processes(&mut self) -> Result<Option<String>> {
+        for p in &mut self.procs {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = p.child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                return Ok(Some(format!(
+                    "fio process {} (pid {}) ended early with {status}: {}",
+                    p.name,
+                    p.child.id(),
+                    err.trim()
+                )));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Stops every process; returns where their latency logs are.
+    pub fn stop_all(&mut self) -> Result<Vec<LogInfo>> {
+        for p in std::mem::take(&mut self.procs) {
+            self.stop_proc(p);
+        }
+        Ok(std::mem::take(&mut self.finished))
+    }
+
+    /// Stops processes, clears throttles, removes the cgroups.
+    pub fn cleanup(&mut self) -> Result<()> {
+        if self.cleaned {
+            return Ok(());
+        }
+        self.cleaned = true;
+        for p in std::mem::take(&mut self.procs) {
+            self.stop_proc(p);
+        }
+        let mut first = None;
+        for t in &self.tenants {
+            if let Err(e) = self.io.set_caps(t, &Caps::NONE) {
+                if !e.is_not_found() {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        // Anything still in the cgroups was started by us (fio forks no
+        // children here); wait briefly for exits before removing them.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.tenants.iter().any(|t| !cgroup::processes(&self.root, t).unwrap_or_default().is_empty())
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Err(e) = cgroup::remove_tree(&self.root, &self.parent) {
+            first.get_or_insert(e);
+        }
+        match first {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Err(e) = self.cleanup() {
+            eprintln!("warning: cleaning up {}: {e}", self.parent.display());
+        }
+    }
+}
+
+/// A cgroup directory name from a tenant name.
+fn sanitize(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '_' }).collect()
+}

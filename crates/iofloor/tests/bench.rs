@@ -1,0 +1,250 @@
+//! End-to-end tests of `iofloor bench` and `iofloor rig` on the real kernel:
+//! a rig of known capacity, fio tenants in cgroup v1, the policy live. They
+//! need root, blkio, fio and qemu-storage-daemon (scripts/test.sh installs the
+//! last two); without them they are skipped, except under CI where that fails.
+//! They run one at a time (they share the machine's two cores) and check that
+//! nothing is left behind: cgroups, fio processes, loop devices, mounts.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_iofloor")
+}
+
+fn real_environment() -> bool {
+    let mut missing = Vec::new();
+    if !rustix_root() {
+        missing.push("root");
+    }
+    if !Path::new("/sys/fs/cgroup/blkio/blkio.throttle.io_serviced").exists() {
+        missing.push("cgroup v1 blkio");
+    }
+    for p in ["fio", "qemu-storage-daemon"] {
+        if Command::new(p).arg("--version").output().is_err() {
+            missing.push(p);
+        }
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("real-device test cannot run under CI: missing {}", missing.join(", "));
+    }
+    eprintln!("skipped: missing {}", missing.join(", "));
+    false
+}
+
+fn rustix_root() -> bool {
+    // SAFETY-free check through /proc: uid 0.
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
+
+/// A rig for one test, removed on drop.
+struct TestRig {
+    state: tempfile::TempDir,
+    device: String,
+}
+
+impl TestRig {
+    fn up(iops: u64) -> TestRig {
+        let state = tempfile::tempdir().unwrap();
+        let out = Command::new(bin())
+            .args(["rig", "up", "--iops", &iops.to_string(), "--size", "512MiB", "--state-dir"])
+            .arg(state.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "rig up: {}", String::from_utf8_lossy(&out.stderr));
+        let device = String::from_utf8_lossy(&out.stdout).lines().last().unwrap().to_string();
+        assert!(device.starts_with("/dev/loop"), "last line is the device: {device}");
+        TestRig { state, device }
+    }
+}
+
+impl Drop for TestRig {
+    fn drop(&mut self) {
+        let out = Command::new(bin()).args(["rig", "down", "--state-dir"]).arg(self.state.path()).output().unwrap();
+        assert!(out.status.success() || std::thread::panicking(), "rig down: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+fn bench_cgroups() -> Vec<String> {
+    std::fs::read_dir("/sys/fs/cgroup/blkio")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("iofloor-bench-"))
+        .collect()
+}
+
+fn fio_pids_in_bench_cgroups() -> Vec<u32> {
+    let mut pids = Vec::new();
+    for cg in bench_cgroups() {
+        let parent = PathBuf::from("/sys/fs/cgroup/blkio").join(cg);
+        for e in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
+                pids.extend(procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+            }
+        }
+    }
+    pids
+}
+
+#[track_caller]
+fn assert_nothing_left(rig: &TestRig) {
+    assert!(bench_cgroups().is_empty(), "bench cgroups left: {:?}", bench_cgroups());
+    assert!(fio_pids_in_bench_cgroups().is_empty());
+    // Only the test's own rig is attached, and it is removed by its guard.
+    let attached = String::from_utf8_lossy(&Command::new("losetup").arg("-a").output().unwrap().stdout).to_string();
+    for line in attached.lines() {
+        assert!(line.starts_with(&format!("{}:", rig.device)), "unexpected loop device: {line}");
+    }
+}
+
+fn scenario_file(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> PathBuf {
+    let text = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios").join(format!("{name}.toml"))).unwrap();
+    let p = dir.join(format!("{name}.toml"));
+    std::fs::write(&p, edit(text)).unwrap();
+    p
+}
+
+#[test]
+fn bench_on_the_rig_keeps_floors_and_follows_the_contract() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    let rig = TestRig::up(640);
+    let out_dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let out = Command::new(bin())
+        .args(["bench", "noisy-4", "--device", &rig.device, "--policy", "floor", "--time-scale", "0.1", "--alone-secs", "4", "--json", "--out"])
+        .arg(out_dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "bench: {}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+    assert_eq!(v["scenario"], "noisy-4");
+    let none = &v["policies"]["none"];
+    let floor = &v["policies"]["floor"];
+    for key in ["floor_miss_rate", "work_conservation", "protected_p99_ratio", "aggregate_iops", "aggregate_bytes_per_s", "decision_time_us_max"] {
+        assert!(floor[key].is_number(), "floor.{key}");
+    }
+    let miss = |p: &Value| p["floor_miss_rate"].as_f64().unwrap();
+    eprintln!(
+        "real run ({:.0} s): none miss {:.3} / floor miss {:.3}, wc {:.3}, p99 ratio {:.2}",
+        started.elapsed().as_secs_f64(),
+        miss(none),
+        miss(floor),
+        floor["work_conservation"].as_f64().unwrap(),
+        floor["protected_p99_ratio"].as_f64().unwrap()
+    );
+    // Ratios within one run on the same device.
+    assert!(miss(floor) <= miss(none), "floor misses more than none");
+    assert!(miss(floor) <= 0.02, "floor-miss {}", miss(floor));
+    assert!(floor["work_conservation"].as_f64().unwrap() >= 0.9);
+    // The quiet tenants got their rates: min over windows ≥ 90 % of the floor.
+    for t in floor["tenants"].as_array().unwrap().iter().filter(|t| t["noisy"] == false) {
+        assert!(t["min"].as_f64().unwrap() >= 0.9 * t["floor"].as_f64().unwrap(), "{t}");
+    }
+    // Raw records first: the report rebuilds from them.
+    assert!(out_dir.path().join("runs/floor.json").exists() && out_dir.path().join("report.html").exists());
+    let again = Command::new(bin()).args(["report", "--json"]).arg(out_dir.path()).output().unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&again.stdout).unwrap(), v);
+    assert_nothing_left(&rig);
+}
+
+#[test]
+fn bench_refuses_bad_input_with_exit_2_and_creates_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    let run = |args: &[&str], path: Option<&str>| -> Output {
+        let mut c = Command::new(bin());
+        c.args(args);
+        if let Some(p) = path {
+            c.env("PATH", p);
+        }
+        c.output().unwrap()
+    };
+    let check = |o: Output, needle: &str| {
+        let e = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(2), "{e}");
+        assert!(e.contains(needle), "`{needle}` not in {e}");
+        assert!(bench_cgroups().is_empty());
+    };
+    check(run(&["bench", "noisy-4", "--device", "/dev/no-such-disk"], None), "/dev/no-such-disk");
+    check(run(&["bench", "noisy-4", "--device", "/etc/hostname"], None), "not a block device");
+    let rig = TestRig::up(640);
+    check(run(&["bench", "noisy-4", "--device", &rig.device, "--cgroup-root", "/tmp"], None), "is blkio mounted");
+    let no_fio = tempfile::tempdir().unwrap();
+    check(run(&["bench", "noisy-4", "--device", &rig.device], Some(no_fio.path().to_str().unwrap())), "`fio` not found");
+    let dir = tempfile::tempdir().unwrap();
+    let over = scenario_file(dir.path(), "noisy-4", |t| t.replacen("floor = \"3MB/s\"", "floor = \"60MB/s\"", 1));
+    check(run(&["bench", over.to_str().unwrap(), "--device", &rig.device], None), "admission control");
+    check(run(&["bench", "noisy-4", "--device", &rig.device, "--policy", "best"], None), "unknown policy");
+    check(run(&["rig", "up", "--iops", "0", "--state-dir", dir.path().to_str().unwrap()], None), "--iops");
+    assert_nothing_left(&rig);
+}
+
+/// Starts a bench in the background and waits until its fio processes run.
+fn start_bench(rig: &TestRig, out: &Path) -> std::process::Child {
+    let child = Command::new(bin())
+        .args(["bench", "noisy-4", "--device", &rig.device, "--policy", "floor", "--time-scale", "0.1", "--alone-secs", "30", "--out"])
+        .arg(out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fio_pids_in_bench_cgroups().is_empty() {
+        assert!(Instant::now() < deadline, "no fio process appeared");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    child
+}
+
+#[test]
+fn ctrl_c_stops_the_bench_and_removes_everything() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    let rig = TestRig::up(640);
+    let out = tempfile::tempdir().unwrap();
+    let child = start_bench(&rig, out.path());
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("interrupted"));
+    assert_nothing_left(&rig);
+}
+
+#[test]
+fn fio_dying_mid_run_fails_the_bench_cleanly() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    let rig = TestRig::up(640);
+    let out = tempfile::tempdir().unwrap();
+    let child = start_bench(&rig, out.path());
+    // One of the fio processes the bench (our child) started.
+    let victim = fio_pids_in_bench_cgroups()[0];
+    Command::new("kill").args(["-KILL", &victim.to_string()]).status().unwrap();
+    let o = child.wait_with_output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("ended early") && e.contains(&victim.to_string()), "{e}");
+    assert_nothing_left(&rig);
+}
