@@ -86,6 +86,8 @@ impl Runner<'_> {
             output: self.work.join(format!("cal{}.json", self.n)),
             offset: 0,
             size: 256 << 20,
+            // Devices (and QEMU's throttle) grant a burst at start: not counted.
+            ramp_s: Some(1.0),
         };
         let out = job.run()?;
         let j = out.jobs.first().ok_or_else(|| BenchError::Failed("fio reported no job".into()))?;
@@ -196,9 +198,44 @@ pub fn calibrate(device: &Path, work: &Path, secs: f64, progress: &dyn Fn(&str))
     Ok(Calibration { device: device.to_path_buf(), params, queue_knee: knee, qd1_latency_us: qd1_lat, held_out, safety_scale })
 }
 
+/// A model file written by [`Calibration::to_toml`].
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelFile {
+    pub model: CostParams,
+    #[serde(default)]
+    pub policy: ModelFilePolicy,
+}
+
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelFilePolicy {
+    #[serde(default)]
+    pub floor: ModelFileFloor,
+}
+
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelFileFloor {
+    pub queue_knee: Option<f64>,
+}
+
+impl ModelFile {
+    /// Reads and validates a model file; errors name the file and line.
+    pub fn load(path: &Path) -> Result<(CostModel, Option<f64>)> {
+        let text = std::fs::read_to_string(path).map_err(|e| BenchError::Invalid(format!("{}: {e}", path.display())))?;
+        let f: ModelFile = toml::from_str(&text).map_err(|e| BenchError::Invalid(format!("{}: {e}", path.display())))?;
+        let model = CostModel::new(f.model).map_err(|e| BenchError::Invalid(format!("{}: {e}", path.display())))?;
+        if let Some(k) = f.policy.floor.queue_knee.filter(|k| !(*k > 0.0)) {
+            return Err(BenchError::Invalid(format!("{}: queue_knee must be positive, got {k}", path.display())));
+        }
+        Ok((model, f.policy.floor.queue_knee))
+    }
+}
+
 /// Rough run time of a calibration, for the user.
 pub fn planned(secs: f64) -> Duration {
-    Duration::from_secs_f64(secs * 20.0)
+    Duration::from_secs_f64((secs + 1.0) * 20.0)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! the end, on error and on Ctrl-C.
 
 pub mod calibrate;
+pub mod lag;
 mod session;
 
 use hdrhistogram::Histogram;
@@ -460,6 +461,7 @@ pub(crate) fn fio_job(
         output: work.join(format!("{name}.json")),
         offset,
         size,
+        ramp_s: None,
         name,
     }
 }

@@ -213,15 +213,8 @@ impl Session {
                 }
             }
         }
-        // Anything still in the cgroups was started by us (fio forks no
-        // children here); wait briefly for exits before removing them.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self.tenants.iter().any(|t| !cgroup::processes(&self.root, t).unwrap_or_default().is_empty())
-            && Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if let Err(e) = cgroup::remove_tree(&self.root, &self.parent) {
+        // Our processes are reaped, but leave the cgroups a moment later.
+        if let Err(e) = cgroup::remove_when_empty(&self.root, &self.parent, Duration::from_secs(10)) {
             first.get_or_insert(e);
         }
         match first {

@@ -339,6 +339,20 @@ pub fn processes(root: &Path, cgroup: &Path) -> Result<Vec<u32>> {
     Ok(read_file(&path)?.lines().filter_map(|l| l.trim().parse().ok()).collect())
 }
 
+/// Waits (up to `timeout`) until the cgroup and its children have no
+/// processes left, then removes them. Processes that exit still leave the
+/// cgroup a moment later, so an immediate rmdir can fail with EBUSY.
+pub fn remove_when_empty(root: &Path, cgroup: &Path, timeout: std::time::Duration) -> Result<()> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match remove_tree(root, cgroup) {
+            Ok(()) => return Ok(()),
+            Err(e) if std::time::Instant::now() >= deadline => return Err(e),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
+}
+
 /// Removes a cgroup and its children, deepest first. The cgroups must have no
 /// processes left; an already-removed cgroup is not an error.
 pub fn remove_tree(root: &Path, cgroup: &Path) -> Result<()> {

@@ -58,6 +58,8 @@ pub struct FioJob {
     /// Offset range this process may use, so processes don't share blocks.
     pub offset: u64,
     pub size: u64,
+    /// Seconds of I/O before fio starts counting (fio `ramp_time`).
+    pub ramp_s: Option<f64>,
 }
 
 impl FioJob {
@@ -81,6 +83,9 @@ impl FioJob {
         ];
         if let Some(m) = self.rwmixread {
             a.push(format!("--rwmixread={m}"));
+        }
+        if let Some(r) = self.ramp_s {
+            a.push(format!("--ramp_time={}ms", (r * 1000.0).round() as u64));
         }
         if let Some(r) = self.rate_bytes {
             a.push(format!("--rate={r}"));

@@ -91,6 +91,7 @@ fn job(dev: &Path, dir: &Path, rw: &str, bs: u64, iodepth: u32, secs: f64) -> Fi
         output: dir.join("out.json"),
         offset: 0,
         size: 64 << 20,
+        ramp_s: None,
     }
 }
 

@@ -43,6 +43,11 @@ enum Command {
         /// Run even if the floors together exceed the device (admission control fails).
         #[arg(long)]
         allow_overcommit: bool,
+        /// Simulate a measured device instead of the scenario's: a model file
+        /// from `iofloor calibrate` (parallelism from its queue knee). The
+        /// policies keep the scenario's model, as `iofloor bench` does.
+        #[arg(long)]
+        device_model: Option<PathBuf>,
     },
     /// Rebuild summary, reports and charts from a results directory.
     Report {
@@ -105,9 +110,23 @@ enum Command {
         /// Write the model here (TOML, read by `bench --model`); default: print it.
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Seconds per fio measurement (about 20 measurements).
+        /// Seconds per fio measurement, after 1 s of ramp-up (about 20 measurements).
         #[arg(long, default_value_t = 3.0)]
         secs: f64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure the enforcement lag: from writing a throttle to its effect.
+    Lag {
+        #[arg(long)]
+        device: PathBuf,
+        /// The cap written (IOPS); well below what the device does uncapped.
+        #[arg(long, default_value_t = 200.0)]
+        cap: f64,
+        #[arg(long, default_value_t = 5)]
+        trials: u32,
+        #[arg(long, default_value = "/sys/fs/cgroup/blkio")]
+        cgroup_root: PathBuf,
         #[arg(long)]
         json: bool,
     },
@@ -202,15 +221,9 @@ fn bench_error(e: iofloor_bench::BenchError) -> anyhow::Error {
     }
 }
 
-/// Reads the `[model]` table of a file written by `iofloor calibrate`.
-fn load_model(path: &Path) -> anyhow::Result<iofloor_core::CostModel> {
-    #[derive(serde::Deserialize)]
-    struct File {
-        model: iofloor_core::CostParams,
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
-    let f: File = toml::from_str(&text).map_err(|e| bad(format!("{}: {e}", path.display())))?;
-    iofloor_core::CostModel::new(f.model).map_err(|e| bad(format!("{}: {e}", path.display())))
+/// Reads a model file written by `iofloor calibrate`: the cost model and the queue knee.
+fn load_model(path: &Path) -> anyhow::Result<(iofloor_core::CostModel, Option<f64>)> {
+    iofloor_bench::calibrate::ModelFile::load(path).map_err(bench_error)
 }
 
 fn load_scenario(arg: &str) -> anyhow::Result<Scenario> {
@@ -251,8 +264,16 @@ fn progress_bar() -> ProgressBar {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Sim { scenario, policies, out, json, time_scale, threads, allow_overcommit } => {
+        Command::Sim { scenario, policies, out, json, time_scale, threads, allow_overcommit, device_model } => {
             let mut sc = load_scenario(&scenario)?;
+            if let Some(path) = device_model {
+                let (model, knee) = load_model(&path)?;
+                sc.device.cost = model;
+                // The knee is where latency reaches 1.5x unloaded: about 1.5x the parallelism.
+                sc.device.parallelism = knee.map(|k| (k / 1.5).round().max(1.0) as u32).unwrap_or(1);
+                sc.device.jitter = 0.0;
+                sc.device.write_cliff = None;
+            }
             let policies = parse_policies(&policies)?;
             if !(time_scale.is_finite() && time_scale > 0.0 && time_scale <= 100.0) {
                 return Err(bad(format!("--time-scale must be in (0, 100], got {time_scale}")));
@@ -330,7 +351,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if time_scale != 1.0 {
                 sc = sc.time_scaled(time_scale);
             }
-            let model = model.as_deref().map(load_model).transpose()?;
+            let model = match model.as_deref().map(load_model).transpose()? {
+                Some((m, knee)) => {
+                    sc.policy.floor.queue_knee = knee.or(sc.policy.floor.queue_knee);
+                    Some(m)
+                }
+                None => None,
+            };
             let out = out.unwrap_or_else(|| PathBuf::from(format!("results/bench-{}", sc.name)));
             let opts = iofloor_bench::BenchOptions {
                 device,
@@ -403,6 +430,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 None if !json => print!("{}", cal.to_toml()),
                 None => {}
+            }
+            Ok(())
+        }
+        Command::Lag { device, cap, trials, cgroup_root, json } => {
+            if !(cap.is_finite() && cap >= 1.0) || !(1..=100).contains(&trials) {
+                return Err(bad("--cap must be at least 1 and --trials 1..100"));
+            }
+            iofloor_host::fio::check_version().map_err(|e| bad(e.to_string()))?;
+            let work = tempfile::tempdir().context("a scratch directory")?;
+            let r = iofloor_bench::lag::enforcement_lag(&device, &cgroup_root, cap, trials, work.path())
+                .map_err(bench_error)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                for (i, t) in r.trials.iter().enumerate() {
+                    println!(
+                        "trial {i}: {:.0} IOPS before, {:.0} after a cap of {cap:.0}: lag {}",
+                        t.iops_before,
+                        t.iops_after,
+                        t.lag_s.map(|l| format!("{:.0} ms", l * 1e3)).unwrap_or_else(|| "over 1 s".into())
+                    );
+                }
+                match r.median_lag_s {
+                    Some(l) => println!("median enforcement lag: {:.0} ms", l * 1e3),
+                    None => println!("median enforcement lag: over 1 s in some trial"),
+                }
             }
             Ok(())
         }

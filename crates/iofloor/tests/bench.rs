@@ -248,3 +248,47 @@ fn fio_dying_mid_run_fails_the_bench_cleanly() {
     assert!(e.contains("ended early") && e.contains(&victim.to_string()), "{e}");
     assert_nothing_left(&rig);
 }
+
+/// The simulator, given the rig's calibrated model as its device, reproduces
+/// the real run: aggregate throughput within 10 %, and floor-miss rates within
+/// 5 points — the spread of the real `none` figure itself between runs
+/// (7–13 % measured), so a tighter bound would test the noise, not the model.
+#[test]
+fn simulator_matches_the_rig() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    let rig = TestRig::up(640);
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("rig.toml");
+    let cal = Command::new(bin()).args(["calibrate", &rig.device, "--secs", "2", "--out"]).arg(&model).output().unwrap();
+    assert!(cal.status.success(), "calibrate: {}", String::from_utf8_lossy(&cal.stderr));
+    let text = std::fs::read_to_string(&model).unwrap();
+    assert!(text.contains("wrandiops") && text.contains("queue_knee"), "{text}");
+    let real = Command::new(bin())
+        .args(["bench", "noisy-4", "--device", &rig.device, "--policy", "floor", "--time-scale", "0.15", "--alone-secs", "4", "--json", "--out"])
+        .arg(dir.path().join("real"))
+        .output()
+        .unwrap();
+    assert!(real.status.success(), "bench: {}", String::from_utf8_lossy(&real.stderr));
+    let sim = Command::new(bin())
+        .args(["sim", "noisy-4", "--policy", "floor", "--time-scale", "0.15", "--json", "--device-model"])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(sim.status.success(), "sim: {}", String::from_utf8_lossy(&sim.stderr));
+    let real: Value = serde_json::from_slice(&real.stdout).unwrap();
+    let sim: Value = serde_json::from_slice(&sim.stdout).unwrap();
+    for p in ["none", "floor"] {
+        let (r, s) = (&real["policies"][p], &sim["policies"][p]);
+        for key in ["aggregate_iops", "aggregate_bytes_per_s"] {
+            let (rv, sv) = (r[key].as_f64().unwrap(), s[key].as_f64().unwrap());
+            eprintln!("{p} {key}: real {rv:.0}, sim {sv:.0} ({:+.1}%)", (sv - rv) / rv * 100.0);
+            assert!((sv - rv).abs() <= 0.10 * rv, "{p} {key}: real {rv}, sim {sv}");
+        }
+        let (rv, sv) = (r["floor_miss_rate"].as_f64().unwrap(), s["floor_miss_rate"].as_f64().unwrap());
+        eprintln!("{p} floor_miss_rate: real {rv:.3}, sim {sv:.3}");
+        assert!((sv - rv).abs() <= 0.05, "{p} floor-miss: real {rv}, sim {sv}");
+    }
+}
