@@ -13,7 +13,11 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DiskStat {
     pub reads: u64,
+    pub sectors_read: u64,
+    pub read_ms: u64,
     pub writes: u64,
+    pub sectors_written: u64,
+    pub write_ms: u64,
     pub in_flight: u64,
     /// Milliseconds with at least one I/O in flight.
     pub io_ticks_ms: u64,
@@ -22,6 +26,22 @@ pub struct DiskStat {
 }
 
 impl DiskStat {
+    /// The device's own traffic as tenant counters (for a tenant that is a
+    /// whole block device, like a VM's exported disk): sectors of 512 bytes,
+    /// completion time in ms.
+    pub fn as_tenant_counters(&self) -> iofloor_core::Counters {
+        iofloor_core::Counters {
+            read_ios: self.reads,
+            write_ios: self.writes,
+            read_bytes: self.sectors_read * 512,
+            write_bytes: self.sectors_written * 512,
+            read_seq_ios: 0,
+            write_seq_ios: 0,
+            latency_ns_total: Some((self.read_ms + self.write_ms) * 1_000_000),
+            completions: Some(self.reads + self.writes),
+        }
+    }
+
     pub fn counters(&self) -> DeviceCounters {
         DeviceCounters { busy_ns: self.io_ticks_ms * 1_000_000, queue_ns: self.time_in_queue_ms * 1_000_000 }
     }
@@ -64,7 +84,11 @@ fn parse(text: &str, dev: DevId, origin: &Path) -> Result<DiskStat> {
         };
         return Ok(DiskStat {
             reads: num(3)?,
+            sectors_read: num(5)?,
+            read_ms: num(6)?,
             writes: num(7)?,
+            sectors_written: num(9)?,
+            write_ms: num(10)?,
             in_flight: num(11)?,
             io_ticks_ms: num(12)?,
             time_in_queue_ms: num(13)?,
@@ -83,6 +107,8 @@ mod tests {
     fn reads_the_device_line() {
         let s = parse(SAMPLE, DevId { major: 7, minor: 0 }, Path::new("x")).unwrap();
         assert_eq!(s.writes, 3872);
+        assert_eq!(s.as_tenant_counters().write_bytes, 495616 * 512);
+        assert_eq!(s.as_tenant_counters().latency_ns_total, Some(19_941_000_000));
         assert_eq!(s.io_ticks_ms, 4932);
         assert_eq!(s.time_in_queue_ms, 19941);
         assert_eq!(s.counters().queue_ns, 19_941_000_000);

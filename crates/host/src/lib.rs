@@ -11,6 +11,7 @@ pub mod diskstats;
 pub mod error;
 pub mod fio;
 pub mod qmp;
+pub mod qmp_backend;
 pub mod rig;
 
 pub use backend::CgroupBackend;
