@@ -223,7 +223,17 @@ impl Rig {
                 first_error.get_or_insert(e);
             }
         };
-        // Detach every loop device backed by our exported file.
+        // Detach our loop device: the one recorded, if the kernel still shows
+        // it backed by our file (that holds even when the FUSE mount is dead,
+        // e.g. after qemu-storage-daemon was killed)...
+        if let Some(dev) = &self.device {
+            let name = dev.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")).unwrap_or_default();
+            if backing.trim_start().starts_with(self.mountpoint.to_string_lossy().as_ref()) {
+                keep(run(Command::new("losetup").arg("-d").arg(dev)).map(|_| ()));
+            }
+        }
+        // ...and any other loop device over our exported file.
         if self.mountpoint.exists() {
             if let Ok(list) = run(Command::new("losetup").arg("-j").arg(&self.mountpoint)) {
                 for line in list.lines() {

@@ -115,6 +115,11 @@ fn qmp_backend_throttles_a_real_qemu_throttle_group() {
         let e = qmp.apply_caps(&vm, &Caps::NONE).unwrap_err().to_string();
         assert!(e.contains(rig.socket.to_str().unwrap()), "{e}");
     }
+    // Even with its daemon killed, the rig comes down completely.
+    Rig::down_all(state.path()).unwrap();
+    let name = dev.file_name().unwrap().to_string_lossy().to_string();
+    assert!(!Path::new(&format!("/sys/block/{name}/loop/backing_file")).exists(), "{name} still attached");
+    assert!(!rig.dir.exists());
 }
 
 #[test]
