@@ -22,6 +22,8 @@ use iofloor_core::{Counters, DirUsage, Usage};
 use iofloor_host::cgroup::{self, DevId};
 use iofloor_host::diskstats::{DiskStat, DiskStats};
 use iofloor_host::fio::{self, FioJob};
+use iofloor_core::Backend;
+use iofloor_host::qmp_backend::{HybridBackend, QmpBackend, QmpTarget};
 use iofloor_host::CgroupBackend;
 use iofloor_report::record::{DeviceWindow, LatencySummary, RunRecord, TenantInfo, TenantWindow, Throughput, Window};
 use iofloor_sim::scenario::{Job, Scenario};
@@ -59,6 +61,9 @@ pub struct BenchOptions {
     pub alone: Duration,
     /// Idle time between runs, so one run's queue does not leak into the next.
     pub settle: Duration,
+    /// Run VM tenants through QEMU's block layer (a qemu-storage-daemon per
+    /// VM over the shared device, throttled over QMP) instead of as cgroups.
+    pub vm_paths: bool,
 }
 
 /// Checks what a run needs and says clearly what is missing.
@@ -108,8 +113,11 @@ pub fn run(
     let total = planned_time(scenario, opts).as_secs_f64().max(1.0);
     let mut elapsed = 0.0;
 
-    // Alone baselines of the protected tenants: their p99 with the device to themselves.
+    // Alone baselines of the protected tenants: their p99 with the device to
+    // themselves and, where the run covers the scenario, what they got in
+    // each window (the demand of a closed-loop job).
     let mut alone_p99 = vec![None; scenario.tenants.len()];
+    let mut alone_windows: Vec<Vec<TenantWindow>> = vec![Vec::new(); scenario.tenants.len()];
     for (i, t) in scenario.tenants.iter().enumerate().filter(|(_, t)| !t.noisy) {
         let mut sc = scenario.alone(i);
         sc.duration = opts.alone.min(scenario.duration);
@@ -117,6 +125,9 @@ pub fn run(
         let label = format!("{} alone", t.spec.name);
         let rec = run_one(&sc, None, dev, opts, model, stop, &|f| progress((elapsed + f * sc.duration.as_secs_f64()) / total, &label))?;
         alone_p99[i] = Some(rec.latency[0].p99_ms);
+        if sc.duration >= scenario.duration {
+            alone_windows[i] = rec.windows.iter().map(|w| w.tenants[0].clone()).collect();
+        }
         elapsed += sc.duration.as_secs_f64() + settle(opts, stop)?;
     }
 
@@ -126,8 +137,17 @@ pub fn run(
         let mut rec = run_one(scenario, Some(kind), dev, opts, model, stop, &|f| {
             progress((elapsed + f * scenario.duration.as_secs_f64()) / total, &label)
         })?;
-        for (t, p99) in rec.tenants.iter_mut().zip(&alone_p99) {
-            t.alone_p99_ms = *p99;
+        for (i, t) in rec.tenants.iter_mut().enumerate() {
+            t.alone_p99_ms = alone_p99[i];
+            t.alone_windows = alone_windows[i].clone();
+        }
+        for (k, w) in rec.windows.iter_mut().enumerate() {
+            for (i, tw) in w.tenants.iter_mut().enumerate() {
+                // A closed-loop job asks what it can get alone.
+                if tw.demand.is_none() {
+                    tw.demand = alone_windows[i].get(k).map(|a| a.got);
+                }
+            }
         }
         records.push(rec);
         elapsed += scenario.duration.as_secs_f64() + settle(opts, stop)?;
@@ -251,20 +271,33 @@ fn run_one(
         .iter()
         .flat_map(|t| t.jobs.iter().map(|j| j.schedule.iter().map(|(_, s)| s.numjobs).max().unwrap_or(0)))
         .sum::<u32>()
-        .max(1);
+        .max(1)
+        // A depth change runs old and new processes side by side for a moment.
+        * 2;
     let region = (device_sectors(dev)? * 512 / max_procs as u64) / (1 << 20) * (1 << 20);
     if region < 1 << 20 {
         return Err(BenchError::Invalid(format!("{}: too small for {max_procs} fio processes", opts.device.display())));
     }
     session.set_regions(max_procs, region);
 
-    let mut backend = CgroupBackend::new(
-        iofloor_host::cgroup::controller(&opts.cgroup_root, dev)?,
-        Some(DiskStats::proc(dev)),
-    );
+    let mut backend = HybridBackend {
+        cgroups: CgroupBackend::new(iofloor_host::cgroup::controller(&opts.cgroup_root, dev)?, Some(DiskStats::proc(dev))),
+        qmp: QmpBackend::new(Duration::from_secs(2)),
+    };
+    let mut tenant_device: Vec<PathBuf> = Vec::with_capacity(n);
     for (i, t) in scenario.tenants.iter().enumerate() {
-        backend.add_tenant(&t.spec.name, session.tenant_cgroup(i).to_path_buf());
+        if opts.vm_paths && t.spec.class == iofloor_core::TenantClass::Vm {
+            let vm = session.add_vm_path(&opts.device, &work.join("vm-paths"))?;
+            let disk = vm.device.clone().expect("a started VM path has a device");
+            let stats_device = DevId::of_block_device(&disk)?;
+            backend.qmp.add_tenant(&t.spec.name, &vm.socket, QmpTarget::Group { group: "dev".into(), stats_device });
+            tenant_device.push(disk);
+        } else {
+            backend.cgroups.add_tenant(&t.spec.name, session.tenant_cgroup(i).to_path_buf());
+            tenant_device.push(opts.device.clone());
+        }
     }
+    let specs: Vec<iofloor_core::TenantSpec> = scenario.tenants.iter().map(|t| t.spec.clone()).collect();
     let mut controller = policy_kind.map(|k| {
         let ctx = PolicyContext { cost: model, capacity: 1.0 };
         let specs = scenario.tenants.iter().map(|t| std::sync::Arc::new(t.spec.clone())).collect();
@@ -278,7 +311,8 @@ fn run_one(
     let seq: Vec<f64> = (0..n).map(|i| seq_share(scenario, i)).collect();
     let mut running: Vec<Vec<u32>> = scenario.tenants.iter().map(|t| vec![0; t.jobs.len()]).collect();
     let mut windows: Vec<Window> = Vec::new();
-    let mut last_counters: Vec<Counters> = (0..n).map(|i| session.read(i)).collect::<Result<_>>()?;
+    let mut last_counters: Vec<Counters> =
+        specs.iter().map(|t| backend.read_counters(t).map_err(BenchError::from)).collect::<Result<_>>()?;
     let diskstats = DiskStats::proc(dev);
     let mut last_disk: DiskStat = diskstats.read()?;
     let mut dec_max = 0.0f64;
@@ -299,7 +333,7 @@ fn run_one(
             let c = plan[next_change];
             let job = &scenario.tenants[c.tenant].jobs[c.job];
             let remaining = duration.saturating_sub(now).as_secs_f64() + 1.0;
-            session.set_processes(c.tenant, c.job, job, c.numjobs, c.iodepth, remaining, &opts.device, &work)?;
+            session.set_processes(c.tenant, c.job, job, c.numjobs, c.iodepth, remaining, &tenant_device[c.tenant], &work)?;
             running[c.tenant][c.job] = c.numjobs;
             next_change += 1;
         }
@@ -320,7 +354,7 @@ fn run_one(
             let secs = 1.0;
             let mut tenants = Vec::with_capacity(n);
             for i in 0..n {
-                let cur = session.read(i)?;
+                let cur = backend.read_counters(&specs[i])?;
                 tenants.push(TenantWindow {
                     got: window_throughput(&last_counters[i], &cur, secs, seq[i], &model),
                     demand: declared_demand(scenario, i, &running[i], &model),
@@ -399,6 +433,7 @@ fn run_one(
             floor: t.spec.floor,
             unit: t.spec.floor.map(|f| f.unit()).unwrap_or(RateUnit::BytesPerSec),
             alone_p99_ms: None,
+            alone_windows: Vec::new(),
         })
         .collect();
     let latency = hists

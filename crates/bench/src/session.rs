@@ -4,7 +4,7 @@
 //! clears the throttles and removes the cgroups.
 
 use crate::{fio_job, BenchError, Result};
-use iofloor_core::{Caps, Counters};
+use iofloor_core::Caps;
 use iofloor_host::cgroup::{self, DevId, IoController};
 use iofloor_sim::scenario::{Job, Scenario};
 use std::io::Read;
@@ -42,6 +42,8 @@ pub(crate) struct Session {
     pub start: Option<Instant>,
     spawned: u32,
     cleaned: bool,
+    /// qemu-storage-daemon paths of VM tenants, removed with the session.
+    vm_paths: Vec<iofloor_host::rig::Rig>,
 }
 
 fn signal(pid: u32, sig: rustix::process::Signal) {
@@ -66,6 +68,7 @@ impl Session {
             start: None,
             spawned: 0,
             cleaned: false,
+            vm_paths: Vec::new(),
         };
         for t in &scenario.tenants {
             // cgroup v1 blk-throttle is flat: every tenant is a leaf with its own limits.
@@ -76,6 +79,13 @@ impl Session {
         Ok(s)
     }
 
+    /// Brings up a VM's QEMU path over the shared device; removed with the session.
+    pub fn add_vm_path(&mut self, device: &Path, state_root: &Path) -> Result<&iofloor_host::rig::Rig> {
+        let vm = iofloor_host::rig::Rig::up_vm_path(device, state_root)?;
+        self.vm_paths.push(vm);
+        Ok(self.vm_paths.last().expect("just pushed"))
+    }
+
     pub fn set_regions(&mut self, count: u32, size: u64) {
         self.free_regions = (0..count).rev().collect();
         self.region_size = size;
@@ -83,10 +93,6 @@ impl Session {
 
     pub fn tenant_cgroup(&self, i: usize) -> &Path {
         &self.tenants[i]
-    }
-
-    pub fn read(&self, i: usize) -> Result<Counters> {
-        Ok(self.io.read(&self.tenants[i])?)
     }
 
     fn elapsed(&self) -> Duration {
@@ -125,7 +131,8 @@ impl Session {
         work: &Path,
     ) -> Result<()> {
         let mine = |p: &Proc| p.tenant == tenant && p.job == job;
-        // A new depth needs new processes: fio cannot change it live.
+        // A new depth needs new processes (fio cannot change it live); the
+        // new ones start before the old ones stop, so the load has no gap.
         let mut keep = Vec::new();
         let mut stop = Vec::new();
         for p in std::mem::take(&mut self.procs) {
@@ -136,9 +143,6 @@ impl Session {
             }
         }
         self.procs = keep;
-        for p in stop {
-            self.stop_proc(p);
-        }
         let mut count = self.procs.iter().filter(|p| mine(p)).count() as u32;
         while count > numjobs {
             let idx = self.procs.iter().rposition(|p| mine(p)).expect("a process of the job");
@@ -165,6 +169,9 @@ impl Session {
             let log = PathBuf::from(format!("{}_clat.log", fj.lat_log.as_ref().expect("lat log set").display()));
             self.procs.push(Proc { child, tenant, job, iodepth, region, started: self.elapsed(), log, name });
             count += 1;
+        }
+        for p in stop {
+            self.stop_proc(p);
         }
         Ok(())
     }
@@ -206,6 +213,11 @@ impl Session {
             self.stop_proc(p);
         }
         let mut first = None;
+        for vm in std::mem::take(&mut self.vm_paths) {
+            if let Err(e) = vm.down() {
+                first.get_or_insert(e);
+            }
+        }
         for t in &self.tenants {
             if let Err(e) = self.io.set_caps(t, &Caps::NONE) {
                 if !e.is_not_found() {

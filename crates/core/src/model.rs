@@ -37,11 +37,15 @@ pub struct TenantSpec {
     pub floor: Option<Rate>,
     pub ceiling: Option<Rate>,
     pub weight: f64,
+    /// A tenant that needs its fast path, not only its floor (seed 000's
+    /// containers): under contention it may take what VMs hold above theirs.
+    #[serde(default)]
+    pub latency_sensitive: bool,
 }
 
 impl TenantSpec {
     pub fn new(name: impl Into<String>, class: TenantClass) -> Self {
-        TenantSpec { name: name.into(), class, floor: None, ceiling: None, weight: DEFAULT_WEIGHT }
+        TenantSpec { name: name.into(), class, floor: None, ceiling: None, weight: DEFAULT_WEIGHT, latency_sensitive: false }
     }
 
     pub fn with_floor(mut self, floor: Rate) -> Self {

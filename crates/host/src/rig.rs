@@ -70,6 +70,10 @@ impl RigSpec {
 pub struct Rig {
     pub dir: PathBuf,
     pub spec: RigSpec,
+    /// For a VM path: the shared block device QEMU's block layer sits on
+    /// (instead of a file on tmpfs).
+    #[serde(default)]
+    pub over_device: Option<PathBuf>,
     pub backing: PathBuf,
     pub mountpoint: PathBuf,
     pub socket: PathBuf,
@@ -145,6 +149,7 @@ impl Rig {
         std::fs::create_dir_all(state_root).map_err(|e| HostError::io(state_root, e))?;
         let dir = tempfile_dir(state_root)?;
         let mut rig = Rig {
+            over_device: None,
             backing: dir.join("backing.img"),
             mountpoint: dir.join("device.img"),
             socket: dir.join("qmp.sock"),
@@ -163,12 +168,51 @@ impl Rig {
         }
     }
 
+    /// A VM's I/O path over a shared block device: QEMU's block layer with a
+    /// throttle group (no limit until one is set over QMP) on top of `device`
+    /// with direct I/O, exported through FUSE and seen on the host as a loop
+    /// device, where the VM's fio runs. Stats come from that loop device, limits
+    /// from the group: see `qmp_backend::QmpTarget::Group`.
+    pub fn up_vm_path(device: &Path, state_root: &Path) -> Result<Rig> {
+        which("qemu-storage-daemon")?;
+        which("losetup")?;
+        std::fs::create_dir_all(state_root).map_err(|e| HostError::io(state_root, e))?;
+        let dir = tempfile_dir(state_root)?;
+        let mut rig = Rig {
+            over_device: Some(device.to_path_buf()),
+            backing: device.to_path_buf(),
+            mountpoint: dir.join("vm-disk.img"),
+            socket: dir.join("qmp.sock"),
+            dir,
+            spec: RigSpec { iops: 0, bps: None, size_unit: None, size: 0 },
+            qsd_pid: None,
+            device: None,
+        };
+        rig.save()?;
+        match rig.start() {
+            Ok(()) => Ok(rig),
+            Err(e) => {
+                let _ = rig.down();
+                Err(e)
+            }
+        }
+    }
+
     fn start(&mut self) -> Result<()> {
-        let backing = std::fs::File::create(&self.backing).map_err(|e| HostError::io(&self.backing, e))?;
-        backing.set_len(self.spec.size).map_err(|e| HostError::io(&self.backing, e))?;
+        let file_node = match &self.over_device {
+            Some(dev) => format!("driver=host_device,node-name=f0,filename={},cache.direct=on,aio=native", dev.display()),
+            None => {
+                let backing = std::fs::File::create(&self.backing).map_err(|e| HostError::io(&self.backing, e))?;
+                backing.set_len(self.spec.size).map_err(|e| HostError::io(&self.backing, e))?;
+                format!("driver=file,node-name=f0,filename={},aio=threads", self.backing.display())
+            }
+        };
         std::fs::File::create(&self.mountpoint).map_err(|e| HostError::io(&self.mountpoint, e))?;
         let pidfile = self.dir.join("qsd.pid");
-        let mut group = format!("throttle-group,id=dev,x-iops-total={}", self.spec.iops);
+        let mut group = "throttle-group,id=dev".to_string();
+        if self.spec.iops > 0 {
+            group.push_str(&format!(",x-iops-total={}", self.spec.iops));
+        }
         if let Some(b) = self.spec.bps {
             group.push_str(&format!(",x-bps-total={b}"));
         }
@@ -177,7 +221,7 @@ impl Rig {
         }
         run(Command::new("qemu-storage-daemon")
             .arg("--blockdev")
-            .arg(format!("driver=file,node-name=f0,filename={},aio=threads", self.backing.display()))
+            .arg(file_node)
             .arg("--object")
             .arg(group)
             .arg("--blockdev")

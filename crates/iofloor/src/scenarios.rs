@@ -1,11 +1,12 @@
 //! The shipped scenarios, built into the binary so `iofloor sim noisy-4` works
 //! from anywhere. The files in `scenarios/` are the source.
 
-const BUILTIN: [(&str, &str); 4] = [
+const BUILTIN: [(&str, &str); 5] = [
     ("noisy-4", include_str!("../../../scenarios/noisy-4.toml")),
     ("noisy-20", include_str!("../../../scenarios/noisy-20.toml")),
     ("size-mix", include_str!("../../../scenarios/size-mix.toml")),
     ("hybrid", include_str!("../../../scenarios/hybrid.toml")),
+    ("hybrid-real", include_str!("../../../scenarios/bench/hybrid-real.toml")),
 ];
 
 pub fn builtin(name: &str) -> Option<&'static str> {

@@ -296,3 +296,56 @@ fn simulator_matches_the_rig() {
         }
     }
 }
+
+/// Seed 000 Fig. 6 on a real device: a container in a cgroup and a VM behind
+/// qemu-storage-daemon (QEMU's block layer, throttled over QMP) sweep the
+/// queue depth together. Under `floor` the container keeps ≥ 90 % of its alone
+/// IOPS at the deepest queues while the VM keeps its floor; under `none` the
+/// seed's loss is visible; aggregate throughput ≥ 0.95 of `none`'s. Ratios
+/// within one run on one device; the VM paths are removed afterwards.
+#[test]
+fn hybrid_real_vm_through_qemu_container_keeps_its_fast_path() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    let rig = TestRig::up(2000);
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .args(["bench", "hybrid-real", "--device", &rig.device, "--vm-path", "qemu", "--policy", "floor", "--time-scale", "0.4", "--alone-secs", "32", "--json", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "bench: {}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let wc = v["policies"]["floor"]["work_conservation"].as_f64().unwrap();
+    let run = |p: &str| -> Value { serde_json::from_str(&std::fs::read_to_string(dir.path().join(format!("runs/{p}.json"))).unwrap()).unwrap() };
+    let (none, floor) = (run("none"), run("floor"));
+    // The last two phases (QD 64 and 128), their first second excluded.
+    let deep = |r: &Value, tenant: usize| -> f64 {
+        let ws: Vec<f64> = r["windows"].as_array().unwrap().iter()
+            .filter(|w| w["t"].as_f64().unwrap() >= 25.0)
+            .map(|w| w["tenants"][tenant]["got"]["iops"].as_f64().unwrap())
+            .collect();
+        ws.iter().sum::<f64>() / ws.len() as f64
+    };
+    let alone: Vec<f64> = floor["tenants"][0]["alone_windows"].as_array().unwrap().iter()
+        .enumerate()
+        .filter(|(k, _)| *k >= 25)
+        .map(|(_, w)| w["got"]["iops"].as_f64().unwrap())
+        .collect();
+    let alone = alone.iter().sum::<f64>() / alone.len() as f64;
+    let (c_none, c_floor, vm_floor) = (deep(&none, 0), deep(&floor, 0), deep(&floor, 1));
+    eprintln!(
+        "QD 64..128: container alone {alone:.0}, none {c_none:.0} ({:.0} %), floor {c_floor:.0} ({:.0} %); VM under floor {vm_floor:.0} (floor 100); WC {wc:.3}",
+        c_none / alone * 100.0,
+        c_floor / alone * 100.0
+    );
+    assert!(c_floor >= 0.9 * alone, "container under floor {c_floor} vs alone {alone}");
+    assert!(c_none < c_floor, "no loss under none ({c_none} vs {c_floor})");
+    assert!(vm_floor >= 95.0, "VM below its floor: {vm_floor}");
+    assert!(wc >= 0.95, "work conservation {wc}");
+    assert_nothing_left(&rig);
+    assert!(!String::from_utf8_lossy(&Command::new("pgrep").args(["-a", "qemu-storage"]).output().unwrap().stdout)
+        .contains("vm-paths"), "a VM path was left running");
+}

@@ -200,6 +200,7 @@ mod tests {
                 floor: Some(Rate::Iops(100.0)),
                 unit: RateUnit::Iops,
                 alone_p99_ms: Some(2.0),
+                alone_windows: vec![],
             }],
             windows: series
                 .iter()

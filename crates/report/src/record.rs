@@ -37,6 +37,10 @@ pub struct TenantInfo {
     pub unit: RateUnit,
     /// p99 latency in ms when it ran alone on the device, if measured.
     pub alone_p99_ms: Option<f64>,
+    /// What it got in each window when it ran alone, where that run covered
+    /// the scenario (for the per-phase comparison, seed 000 Fig. 6).
+    #[serde(default)]
+    pub alone_windows: Vec<TenantWindow>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -147,6 +147,62 @@ pub fn tenant_table(compared: &[(String, PolicyMeasures)]) -> String {
     s
 }
 
+/// Per load phase (between two load steps): each tenant's mean throughput
+/// and latency under each policy, and alone where measured (seed 000 Fig. 6).
+/// Empty when the scenario has no steps or too many to tabulate.
+pub fn phase_table(runs: &[RunRecord]) -> String {
+    let Some(first) = runs.first() else { return String::new() };
+    if first.steps.is_empty() || first.steps.len() > 24 {
+        return String::new();
+    }
+    let mut bounds = vec![0.0];
+    bounds.extend(first.steps.iter().copied());
+    bounds.push(first.duration_s);
+    let mut s = String::from("| from (s) | tenant | ");
+    for r in runs {
+        let _ = write!(s, "{} | ", r.policy);
+    }
+    s.push_str("alone |\n|---:|---|");
+    for _ in 0..=runs.len() {
+        s.push_str("---:|");
+    }
+    s.push('\n');
+    let cell = |ws: &mut dyn Iterator<Item = &crate::record::TenantWindow>, unit| {
+        let (mut sum, mut lat, mut n, mut nl) = (0.0, 0.0, 0, 0);
+        for w in ws {
+            sum += w.got.in_unit(unit);
+            n += 1;
+            if let Some(l) = w.mean_latency_ms {
+                lat += l;
+                nl += 1;
+            }
+        }
+        if n == 0 {
+            return "–".to_string();
+        }
+        let tp = fmt_tp(sum / n as f64, iofloor_core::units::RateUnit::label(unit));
+        if nl > 0 {
+            format!("{tp} ({:.2} ms)", lat / nl as f64)
+        } else {
+            tp
+        }
+    };
+    for ph in bounds.windows(2) {
+        let (from, to) = (ph[0], ph[1]);
+        let inside = |t: f64| t + 1e-9 >= from && t < to - 1e-9;
+        for (i, t) in first.tenants.iter().enumerate() {
+            let _ = write!(s, "| {from:.0} | {} | ", t.name);
+            for r in runs {
+                let mut it = r.windows.iter().filter(|w| inside(w.t)).map(|w| &w.tenants[i]);
+                let _ = write!(s, "{} | ", cell(&mut it, t.unit));
+            }
+            let mut alone = t.alone_windows.iter().enumerate().filter(|(k, _)| inside(*k as f64)).map(|(_, w)| w);
+            let _ = writeln!(s, "{} |", cell(&mut alone, t.unit));
+        }
+    }
+    s
+}
+
 /// Markdown report of one scenario.
 pub fn markdown(runs: &[RunRecord], chart_dir: Option<&str>) -> String {
     let compared = compare(runs);
@@ -163,6 +219,11 @@ pub fn markdown(runs: &[RunRecord], chart_dir: Option<&str>) -> String {
     s.push_str(&comparison_table(&compared));
     s.push_str("\n## Tenants (min / max / avg after warm-up, as seed 001 Table 2)\n\n");
     s.push_str(&tenant_table(&compared));
+    let phases = phase_table(runs);
+    if !phases.is_empty() {
+        s.push_str("\n## Per load phase (mean throughput, mean latency)\n\n");
+        s.push_str(&phases);
+    }
     if let Some(dir) = chart_dir {
         s.push_str("\n## Charts\n\n");
         for r in runs {
@@ -219,6 +280,11 @@ pub fn html(runs: &[RunRecord]) -> Result<String, ReportError> {
     s.push_str(&md_table_to_html(&comparison_table(&compared)));
     s.push_str("<h2>Tenants</h2>");
     s.push_str(&md_table_to_html(&tenant_table(&compared)));
+    let phases = phase_table(runs);
+    if !phases.is_empty() {
+        s.push_str("<h2>Per load phase (mean throughput, mean latency)</h2>");
+        s.push_str(&md_table_to_html(&phases));
+    }
     for r in runs {
         let _ = write!(s, "<h2>{}</h2>", html_escape(&r.policy));
         for svg in [chart::stacked_throughput(r), chart::per_tenant_vs_floor(r), chart::queue_and_latency(r)] {

@@ -108,6 +108,10 @@ fn record(scenario: &Scenario, policy: &str, out: EngineOutput, alone: &[EngineO
             floor: t.spec.floor,
             unit: t.spec.floor.map(|f| f.unit()).unwrap_or(RateUnit::BytesPerSec),
             alone_p99_ms: alone.get(i).map(|a| a.latency[0].p99_ms),
+            alone_windows: alone
+                .get(i)
+                .map(|a| a.windows.iter().map(|w| w.tenants[0].clone()).collect())
+                .unwrap_or_default(),
         })
         .collect();
     let mut windows = out.windows;

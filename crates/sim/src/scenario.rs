@@ -160,6 +160,10 @@ pub struct TenantFile {
     /// Marks the tenant that causes the contention; the others are protected.
     #[serde(default)]
     pub noisy: bool,
+    /// Needs its fast path, not only its floor: under contention a
+    /// latency-sensitive container takes what VMs hold above their floors.
+    #[serde(default)]
+    pub latency_sensitive: bool,
     /// The hypervisor's I/O path of a VM tenant.
     pub vm_path: Option<VmPathFile>,
     #[serde(rename = "job", default)]
@@ -514,6 +518,7 @@ impl ScenarioFile {
                 floor: t.floor.map(|f| f.0),
                 ceiling: t.ceiling.map(|c| c.0),
                 weight: t.weight.unwrap_or(iofloor_core::model::DEFAULT_WEIGHT),
+                latency_sensitive: t.latency_sensitive,
             };
             tenants.push(Tenant { spec, noisy: t.noisy, vm_path, jobs });
         }

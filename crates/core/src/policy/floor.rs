@@ -17,7 +17,10 @@
 //!    floor that is starved (its latency well above its best, or without
 //!    latency figures, the device overloaded) has its whole floor reserved.
 //!    Another tenant below its floor wants what it uses plus `headroom` (up to
-//!    the floor); any other tenant wants what it uses.
+//!    the floor); any other tenant wants what it uses. A latency-sensitive
+//!    container under contention (with `class_priority`) wants all it can get
+//!    while the device is overloaded (the queue holds it back), else `headroom`
+//!    more than it uses: it regains its fast path, and VMs keep what it cannot use.
 //! 4. Share `target_utilisation` × capacity by weighted water-filling: first
 //!    every tenant's entitlement (its floor, or its demand if smaller), then
 //!    the rest by weight up to demand and ceiling. With `class_priority`,
@@ -118,6 +121,11 @@ struct TenantState {
 
 /// Per-interval upward drift of the latency baseline.
 const LATENCY_BASELINE_DRIFT: f64 = 1.01;
+
+/// A cap holding a tenant at its entitlement sits this much above it:
+/// throttles (blk-throttle slices, QEMU's leaky buckets) hold a rate only to
+/// within a few percent, and a floor must not be missed by enforcement jitter.
+const ENFORCEMENT_MARGIN: f64 = 1.05;
 
 /// The smallest cap, as a share of capacity: a tenant without a floor is held
 /// back hard in contention, but never stopped dead.
@@ -281,8 +289,22 @@ impl Policy for FloorPolicy {
                         (Some(l), Some(base)) => l > p.latency_factor * base,
                         _ => overloaded,
                     };
+                // A latency-sensitive container under contention wants its fast
+                // path back: what VMs hold above their floors (seed 000).
+                let fast_path = p.class_priority
+                    && contended
+                    && u > 0.0
+                    && t.spec.latency_sensitive
+                    && t.spec.class == TenantClass::Container;
                 let demand = if pressing {
                     f64::INFINITY
+                } else if fast_path && overloaded {
+                    // The queue, not its own depth, holds it back: all it can get.
+                    f64::INFINITY
+                } else if fast_path {
+                    // Its own depth limits it: room to grow by `headroom`, and
+                    // VMs keep what it cannot use.
+                    (u * (1.0 + p.headroom)).max(floor)
                 } else if starved {
                     floor
                 } else if u < floor {
@@ -356,7 +378,7 @@ impl Policy for FloorPolicy {
                         None => t.ceiling.is_finite().then_some(t.ceiling),
                     };
                 }
-                limited(grow(alloc[i]).max(entitlement[i]))
+                limited(grow(alloc[i]).max(entitlement[i] * ENFORCEMENT_MARGIN))
             })
             .collect();
 
