@@ -86,7 +86,7 @@ pub fn preflight(scenario: &Scenario, opts: &BenchOptions) -> Result<DevId> {
 /// Total wall time a bench will take, for progress reporting.
 pub fn planned_time(scenario: &Scenario, opts: &BenchOptions) -> Duration {
     let runs = policies_with_reference(&opts.policies).len() as u32;
-    let alone = scenario.tenants.iter().filter(|t| !t.noisy).count() as u32;
+    let alone = scenario.tenants.len() as u32;
     (scenario.duration + opts.settle) * runs + (opts.alone.min(scenario.duration) + opts.settle) * alone
 }
 
@@ -113,12 +113,12 @@ pub fn run(
     let total = planned_time(scenario, opts).as_secs_f64().max(1.0);
     let mut elapsed = 0.0;
 
-    // Alone baselines of the protected tenants: their p99 with the device to
-    // themselves and, where the run covers the scenario, what they got in
-    // each window (the demand of a closed-loop job).
+    // Alone baselines of every tenant: its p99 with the device to itself (the
+    // protected tenants' reference) and, where the run covers the scenario,
+    // what it got in each window (the demand of a closed-loop job).
     let mut alone_p99 = vec![None; scenario.tenants.len()];
     let mut alone_windows: Vec<Vec<TenantWindow>> = vec![Vec::new(); scenario.tenants.len()];
-    for (i, t) in scenario.tenants.iter().enumerate().filter(|(_, t)| !t.noisy) {
+    for (i, t) in scenario.tenants.iter().enumerate() {
         let mut sc = scenario.alone(i);
         sc.duration = opts.alone.min(scenario.duration);
         sc.warmup = Duration::from_secs(1).min(sc.duration / 4);

@@ -148,7 +148,7 @@ impl Rig {
         }
         std::fs::create_dir_all(state_root).map_err(|e| HostError::io(state_root, e))?;
         let dir = tempfile_dir(state_root)?;
-        let mut rig = Rig {
+        let rig = Rig {
             over_device: None,
             backing: dir.join("backing.img"),
             mountpoint: dir.join("device.img"),
@@ -158,11 +158,16 @@ impl Rig {
             qsd_pid: None,
             device: None,
         };
-        rig.save()?;
-        match rig.start() {
-            Ok(()) => Ok(rig),
+        rig.launch()
+    }
+
+    /// Records the rig, then starts it; on failure removes what was made.
+    fn launch(mut self) -> Result<Rig> {
+        self.save()?;
+        match self.start() {
+            Ok(()) => Ok(self),
             Err(e) => {
-                let _ = rig.down();
+                let _ = self.down();
                 Err(e)
             }
         }
@@ -178,7 +183,7 @@ impl Rig {
         which("losetup")?;
         std::fs::create_dir_all(state_root).map_err(|e| HostError::io(state_root, e))?;
         let dir = tempfile_dir(state_root)?;
-        let mut rig = Rig {
+        let rig = Rig {
             over_device: Some(device.to_path_buf()),
             backing: device.to_path_buf(),
             mountpoint: dir.join("vm-disk.img"),
@@ -188,14 +193,7 @@ impl Rig {
             qsd_pid: None,
             device: None,
         };
-        rig.save()?;
-        match rig.start() {
-            Ok(()) => Ok(rig),
-            Err(e) => {
-                let _ = rig.down();
-                Err(e)
-            }
-        }
+        rig.launch()
     }
 
     fn start(&mut self) -> Result<()> {

@@ -154,3 +154,24 @@ fn garbage_closed_and_unknown_are_errors_not_panics() {
     let e = qmp.read_counters(&TenantSpec::new("ghost", TenantClass::Vm)).unwrap_err().to_string();
     assert!(e.contains("ghost"), "{e}");
 }
+
+#[test]
+fn a_monitor_that_hangs_times_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("slow.sock");
+    let listener = UnixListener::bind(&sock).unwrap();
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    // Greets, then never answers, until the test is over.
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        writeln!(s, "{{\"QMP\": {{\"version\": {{}}, \"capabilities\": []}}}}").unwrap();
+        let _ = wait.recv();
+    });
+    let mut qmp = QmpBackend::new(Duration::from_millis(300));
+    qmp.add_tenant("vm", &sock, QmpTarget::Drive { id: "drive0".into() });
+    // Without the timeout this would block for as long as the monitor hangs.
+    let e = qmp.read_counters(&TenantSpec::new("vm", TenantClass::Vm)).unwrap_err().to_string();
+    assert!(e.contains("slow.sock") && (e.contains("os error 11") || e.contains("timed out")), "{e}");
+    done.send(()).unwrap();
+    server.join().unwrap();
+}

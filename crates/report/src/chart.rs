@@ -57,6 +57,24 @@ fn axis(unit: iofloor_core::units::RateUnit) -> (f64, &'static str) {
 
 type ChartResult = Result<String, String>;
 
+/// The legend box every chart draws.
+fn legend<'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    position: SeriesLabelPosition,
+) -> Result<(), String>
+where
+    X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+    Y: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+{
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(position)
+        .draw()
+        .map_err(err)
+}
+
 fn err<E: std::fmt::Debug>(e: E) -> String {
     format!("chart drawing failed: {e:?}")
 }
@@ -97,13 +115,7 @@ pub fn stacked_throughput(run: &RunRecord) -> ChartResult {
                 .label(run.tenants[i].name.clone())
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         root.present().map_err(err)?;
     }
     Ok(svg)
@@ -154,13 +166,7 @@ pub fn per_tenant_vs_floor(run: &RunRecord) -> ChartResult {
                     .map_err(err)?;
             }
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         root.present().map_err(err)?;
     }
     Ok(svg)
@@ -206,13 +212,7 @@ pub fn queue_and_latency(run: &RunRecord) -> ChartResult {
             .map_err(err)?
             .label("response time")
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], red.stroke_width(2)));
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         root.present().map_err(err)?;
     }
     Ok(svg)
