@@ -89,7 +89,7 @@ enum Command {
         /// Root of the cgroup hierarchy with the I/O controller.
         #[arg(long, default_value = "/sys/fs/cgroup/blkio")]
         cgroup_root: PathBuf,
-        /// Length of each protected tenant's alone run (its p99 baseline), seconds.
+        /// Length of each tenant's alone run (p99 baseline; the whole scenario gives per-window demand), seconds.
         #[arg(long, default_value_t = 10.0)]
         alone_secs: f64,
         /// How VM tenants reach the device: `cgroup` (fio in a cgroup, like a
