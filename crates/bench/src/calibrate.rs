@@ -72,23 +72,19 @@ impl Runner<'_> {
     /// Runs one fio measurement; returns (IOPS, mean completion latency µs).
     fn measure(&mut self, rw: &str, bs: u64, iodepth: u32, rwmixread: Option<u8>) -> Result<(f64, f64)> {
         self.n += 1;
-        let job = FioJob {
-            name: format!("cal{}", self.n),
-            filename: self.device.to_path_buf(),
-            rw: rw.into(),
-            rwmixread,
+        let mut job = FioJob::new(
+            format!("cal{}", self.n),
+            self.device,
+            rw,
             bs,
             iodepth,
-            rate_bytes: None,
-            rate_iops: None,
-            runtime_s: self.secs,
-            lat_log: None,
-            output: self.work.join(format!("cal{}.json", self.n)),
-            offset: 0,
-            size: 256 << 20,
-            // Devices (and QEMU's throttle) grant a burst at start: not counted.
-            ramp_s: Some(1.0),
-        };
+            self.secs,
+            self.work.join(format!("cal{}.json", self.n)),
+        );
+        job.rwmixread = rwmixread;
+        job.size = 256 << 20;
+        // Devices (and QEMU's throttle) grant a burst at start: not counted.
+        job.ramp_s = Some(1.0);
         let out = job.run()?;
         let j = out.jobs.first().ok_or_else(|| BenchError::Failed("fio reported no job".into()))?;
         let iops = j.read.iops + j.write.iops;

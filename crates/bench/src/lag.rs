@@ -66,22 +66,7 @@ pub fn enforcement_lag(device: &Path, cgroup_root: &Path, cap_iops: f64, trials:
                 let _ = cgroup::remove_when_empty(self.0, &self.1, Duration::from_secs(10));
             }
         }
-        let job = FioJob {
-            name: format!("lag{t}"),
-            filename: device.to_path_buf(),
-            rw: "randread".into(),
-            rwmixread: None,
-            bs: 4096,
-            iodepth: 8,
-            rate_bytes: None,
-            rate_iops: None,
-            runtime_s: 30.0,
-            lat_log: None,
-            output: work.join(format!("lag{t}.json")),
-            offset: 0,
-            size: 64 << 20,
-            ramp_s: None,
-        };
+        let job = FioJob::new(format!("lag{t}"), device, "randread", 4096, 8, 30.0, work.join(format!("lag{t}.json")));
         let child = job.spawn_in(&cgroup_root.join(&cg).join("cgroup.procs"))?;
         let guard = Cleanup(cgroup_root, cg.clone(), Some(child));
         std::thread::sleep(Duration::from_millis(1500));

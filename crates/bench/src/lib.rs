@@ -100,14 +100,15 @@ fn policies_with_reference(policies: &[PolicyKind]) -> Vec<PolicyKind> {
     out
 }
 
-/// Runs the alone baselines and every policy (plus `none`); returns one record per policy.
+/// Runs the alone baselines and every policy (plus `none`); returns one record
+/// per policy. `dev` is what [`preflight`] returned for `opts.device`.
 pub fn run(
     scenario: &Scenario,
     opts: &BenchOptions,
+    dev: DevId,
     stop: &AtomicBool,
     progress: &dyn Fn(f64, &str),
 ) -> Result<Vec<RunRecord>> {
-    let dev = preflight(scenario, opts)?;
     std::fs::create_dir_all(&opts.work_dir).map_err(|e| BenchError::Failed(format!("{}: {e}", opts.work_dir.display())))?;
     let model = opts.model.unwrap_or(scenario.policy_model);
     let total = planned_time(scenario, opts).as_secs_f64().max(1.0);
@@ -483,20 +484,12 @@ pub(crate) fn fio_job(
         _ => (None, None),
     };
     let mixed = matches!(job.rw.as_fio(), "rw" | "randrw");
-    FioJob {
-        filename: device.to_path_buf(),
-        rw: job.rw.as_fio().to_string(),
-        rwmixread: mixed.then(|| (job.read_share * 100.0).round() as u8),
-        bs: job.bs,
-        iodepth,
-        rate_bytes,
-        rate_iops,
-        runtime_s,
-        lat_log: Some(work.join(&name)),
-        output: work.join(format!("{name}.json")),
-        offset,
-        size,
-        ramp_s: None,
-        name,
-    }
+    let mut fj = FioJob::new(name.clone(), device, job.rw.as_fio(), job.bs, iodepth, runtime_s, work.join(format!("{name}.json")));
+    fj.rwmixread = mixed.then(|| (job.read_share * 100.0).round() as u8);
+    fj.rate_bytes = rate_bytes;
+    fj.rate_iops = rate_iops;
+    fj.lat_log = Some(work.join(&name));
+    fj.offset = offset;
+    fj.size = size;
+    fj
 }

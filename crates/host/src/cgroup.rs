@@ -333,12 +333,6 @@ pub fn add_process(root: &Path, cgroup: &Path, pid: u32) -> Result<()> {
     write_file(&root.join(cgroup).join("cgroup.procs"), &pid.to_string())
 }
 
-/// Processes in a cgroup.
-pub fn processes(root: &Path, cgroup: &Path) -> Result<Vec<u32>> {
-    let path = root.join(cgroup).join("cgroup.procs");
-    Ok(read_file(&path)?.lines().filter_map(|l| l.trim().parse().ok()).collect())
-}
-
 /// Waits (up to `timeout`) until the cgroup and its children have no
 /// processes left, then removes them. Processes that exit still leave the
 /// cgroup a moment later, so an immediate rmdir can fail with EBUSY.

@@ -63,6 +63,35 @@ pub struct FioJob {
 }
 
 impl FioJob {
+    /// A closed-loop job over the first 64 MiB of `filename`, with no rate,
+    /// no latency log and no ramp-up; callers set what differs.
+    pub fn new(
+        name: impl Into<String>,
+        filename: &Path,
+        rw: &str,
+        bs: u64,
+        iodepth: u32,
+        runtime_s: f64,
+        output: PathBuf,
+    ) -> FioJob {
+        FioJob {
+            name: name.into(),
+            filename: filename.to_path_buf(),
+            rw: rw.to_string(),
+            rwmixread: None,
+            bs,
+            iodepth,
+            rate_bytes: None,
+            rate_iops: None,
+            runtime_s,
+            lat_log: None,
+            output,
+            offset: 0,
+            size: 64 << 20,
+            ramp_s: None,
+        }
+    }
+
     pub fn args(&self) -> Vec<String> {
         let mut a = vec![
             format!("--name={}", self.name),

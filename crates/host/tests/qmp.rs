@@ -28,23 +28,7 @@ fn real_environment() -> bool {
 }
 
 fn fio(dev: &Path, out: &Path, secs: f64) -> f64 {
-    let job = FioJob {
-        name: "vm".into(),
-        filename: dev.to_path_buf(),
-        rw: "randread".into(),
-        rwmixread: None,
-        bs: 4096,
-        iodepth: 8,
-        rate_bytes: None,
-        rate_iops: None,
-        runtime_s: secs,
-        lat_log: None,
-        output: out.to_path_buf(),
-        offset: 0,
-        size: 64 << 20,
-        ramp_s: None,
-    };
-    job.run().unwrap().jobs[0].read.iops
+    FioJob::new("vm", dev, "randread", 4096, 8, secs, out.to_path_buf()).run().unwrap().jobs[0].read.iops
 }
 
 #[test]

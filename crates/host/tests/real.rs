@@ -77,22 +77,7 @@ fn run_fio_in(cg: &Path, job: &FioJob) -> iofloor_host::fio::FioOutput {
 }
 
 fn job(dev: &Path, dir: &Path, rw: &str, bs: u64, iodepth: u32, secs: f64) -> FioJob {
-    FioJob {
-        name: "t".into(),
-        filename: dev.to_path_buf(),
-        rw: rw.into(),
-        rwmixread: None,
-        bs,
-        iodepth,
-        rate_bytes: None,
-        rate_iops: None,
-        runtime_s: secs,
-        lat_log: None,
-        output: dir.join("out.json"),
-        offset: 0,
-        size: 64 << 20,
-        ramp_s: None,
-    }
+    FioJob::new("t", dev, rw, bs, iodepth, secs, dir.join("out.json"))
 }
 
 #[test]

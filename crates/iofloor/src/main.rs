@@ -374,7 +374,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 settle: std::time::Duration::from_secs(2),
                 vm_paths: vm_path == "qemu",
             };
-            iofloor_bench::preflight(&sc, &opts).map_err(bench_error)?;
+            let dev = iofloor_bench::preflight(&sc, &opts).map_err(bench_error)?;
             if !opts.vm_paths && sc.tenants.iter().any(|t| t.spec.class == iofloor_core::TenantClass::Vm) {
                 // Said rather than pretended.
                 eprintln!("note: VM tenants run as fio in cgroups (--vm-path qemu puts them behind QEMU's block layer)");
@@ -387,7 +387,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 opts.device.display(),
                 iofloor_bench::planned_time(&sc, &opts).as_secs_f64()
             );
-            let runs = iofloor_bench::run(&sc, &opts, &stop, &|f, what| {
+            let runs = iofloor_bench::run(&sc, &opts, dev, &stop, &|f, what| {
                 bar.set_message(what.to_string());
                 bar.set_position((f * 1000.0) as u64)
             });
