@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Installs what iofloor's real-device path needs and a fresh machine of this
-# kind lacks: fio, qemu-storage-daemon (qemu-system-common). Needs root.
+# kind lacks: fio, qemu-storage-daemon (qemu-system-common), and for the
+# real-guest test qemu-system-x86_64, busybox and cpio plus a guest image
+# (scripts/guest-image.sh). Needs root.
 set -euo pipefail
 missing=()
 command -v fio >/dev/null || missing+=(fio)
 command -v qemu-storage-daemon >/dev/null || missing+=(qemu-system-common)
+command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
+[[ -x /bin/busybox ]] || missing+=(busybox-static)
+command -v cpio >/dev/null || missing+=(cpio)
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "iofloor: need root to install ${missing[*]}" >&2
@@ -14,3 +19,4 @@ if ((${#missing[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+"$(dirname "$0")/guest-image.sh"

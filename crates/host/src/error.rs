@@ -10,6 +10,10 @@ pub enum HostError {
     Invalid(String),
     #[error("{what} failed: {message}")]
     Command { what: String, message: String },
+    /// The tenant exists but cannot be measured now (a paused VM); retried
+    /// each interval.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl HostError {

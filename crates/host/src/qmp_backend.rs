@@ -148,6 +148,13 @@ impl Backend for QmpBackend {
         if let QmpTarget::Group { stats_device, .. } = &t.target {
             return Ok(crate::diskstats::DiskStats::proc(*stats_device).read()?.as_tenant_counters());
         }
+        // A paused guest issues no I/O; reading that as "idle" would hand its
+        // share away and report a floor met. It is unavailable instead.
+        let status = self.execute(&t.socket, "query-status", None)?;
+        if status.get("running").and_then(Value::as_bool) != Some(true) {
+            let state = status.get("status").and_then(Value::as_str).unwrap_or("unknown");
+            return Err(HostError::Unavailable(format!("{}: VM is not running (status `{state}`)", t.socket.display())));
+        }
         let answer = self.execute(&t.socket, "query-blockstats", None)?;
         let stats = find_stats(&answer, &t.target).ok_or_else(|| {
             HostError::Invalid(format!("{}: no block device {:?} in query-blockstats", t.socket.display(), t.target))
