@@ -111,12 +111,13 @@ fn garbage_closed_and_unknown_are_errors_not_panics() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("fake.sock");
     let listener = UnixListener::bind(&sock).unwrap();
-    // A fake monitor: a greeting, an answer without our drive, then garbage; then it hangs up.
+    // A fake monitor: a greeting, a running VM without our drive, then garbage; then it hangs up.
     let server = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
         writeln!(s, "{{\"QMP\": {{\"version\": {{}}, \"capabilities\": []}}}}").unwrap();
         let mut r = BufReader::new(s.try_clone().unwrap());
-        for reply in ["{\"return\": {}}", "{\"return\": []}", "this is not json"] {
+        let running = "{\"return\": {\"status\": \"running\", \"running\": true}}";
+        for reply in ["{\"return\": {}}", running, "{\"return\": []}", "this is not json"] {
             let mut line = String::new();
             r.read_line(&mut line).unwrap();
             writeln!(s, "{reply}").unwrap();
