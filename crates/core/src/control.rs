@@ -100,6 +100,9 @@ pub struct TickReport {
     pub decision_time: Duration,
     /// Tenants whose read or write failed this tick, with the message.
     pub errors: Vec<(String, String)>,
+    /// Tenants whose counters went backwards (a recreated cgroup, a
+    /// restarted VM): no sample this tick, and limits may be gone.
+    pub counter_resets: Vec<String>,
 }
 
 struct Tracked {
@@ -134,18 +137,67 @@ impl Controller {
         self.tenants.iter().map(|t| &t.spec)
     }
 
+    /// Starts controlling a tenant from the next tick (its first interval
+    /// only sets the counters' baseline). A tenant of the same name is replaced.
+    pub fn add_tenant(&mut self, spec: Arc<TenantSpec>) {
+        self.remove_tenant(&spec.name);
+        self.tenants.push(Tracked { spec, last: None, caps: Caps::NONE });
+    }
+
+    /// Stops controlling a tenant; returns the caps it last had applied.
+    pub fn remove_tenant(&mut self, name: &str) -> Option<Caps> {
+        let i = self.tenants.iter().position(|t| t.spec.name == name)?;
+        Some(self.tenants.remove(i).caps)
+    }
+
+    /// Changes a tenant's promise (floor, ceiling, weight) without losing
+    /// its counters; false if there is no such tenant.
+    pub fn update_spec(&mut self, spec: Arc<TenantSpec>) -> bool {
+        match self.tenants.iter_mut().find(|t| t.spec.name == spec.name) {
+            Some(t) => {
+                t.spec = spec;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The caps last applied to a tenant.
+    pub fn caps_of(&self, name: &str) -> Option<Caps> {
+        self.tenants.iter().find(|t| t.spec.name == name).map(|t| t.caps)
+    }
+
+    /// Forgets what was applied to a tenant, so the next decision is written
+    /// again (after its limits were restored or changed behind our back).
+    pub fn forget_caps(&mut self, name: &str) {
+        if let Some(t) = self.tenants.iter_mut().find(|t| t.spec.name == name) {
+            t.caps = Caps::NONE;
+        }
+    }
+
+    pub fn capacity_estimate(&self) -> Option<f64> {
+        self.policy.capacity_estimate()
+    }
+
     /// Reads counters, decides, applies the caps that changed. `now` is the
     /// caller's clock.
     pub fn tick<B: Backend>(&mut self, now: Duration, backend: &mut B) -> TickReport {
         let dt = self.last_time.map(|t| now.saturating_sub(t));
         self.last_time = Some(now);
         let mut errors = Vec::new();
+        let mut counter_resets = Vec::new();
         let mut samples = Vec::with_capacity(self.tenants.len());
         for t in &mut self.tenants {
             let usage = match backend.read_counters(&t.spec) {
                 Ok(cur) => {
                     let usage = match (t.last, dt) {
-                        (Some(prev), Some(dt)) => usage_between(&prev, &cur, dt),
+                        (Some(prev), Some(dt)) => {
+                            let usage = usage_between(&prev, &cur, dt);
+                            if usage.is_none() && !dt.is_zero() {
+                                counter_resets.push(t.spec.name.clone());
+                            }
+                            usage
+                        }
                         _ => None,
                     };
                     t.last = Some(cur);
@@ -181,7 +233,7 @@ impl Controller {
                 }
             }
         }
-        TickReport { now, samples, device, caps, decision_time, errors }
+        TickReport { now, samples, device, caps, decision_time, errors, counter_resets }
     }
 }
 

@@ -251,3 +251,61 @@ mod tests {
         assert!(parse_duration("-1s").is_err());
     }
 }
+
+/// Quantities for config and scenario files: they accept a TOML string or
+/// number and parse themselves while deserialising, so a bad value is
+/// reported by the TOML parser with its file, line and key.
+pub mod quantity {
+    use super::Rate;
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    /// Accepts a TOML string or number as the text of a quantity.
+    struct QuantityText(&'static str);
+
+    impl serde::de::Visitor<'_> for QuantityText {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "a {} such as `64k`, `500 IOPS`, `20MiB/s` or `1s`", self.0)
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+    }
+
+    macro_rules! quantity {
+        ($name:ident, $inner:ty, $parse:expr, $what:literal) => {
+            #[derive(Debug, Clone, Copy, PartialEq)]
+            pub struct $name(pub $inner);
+            impl<'de> Deserialize<'de> for $name {
+                fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                    let text = d.deserialize_any(QuantityText($what))?;
+                    let parse: fn(&str) -> Result<$inner, super::UnitError> = $parse;
+                    parse(&text).map($name).map_err(|e| serde::de::Error::custom(format!("invalid {}: {}", $what, e)))
+                }
+            }
+        };
+    }
+
+    quantity!(SizeQ, u64, super::parse_size, "size");
+    quantity!(DurationQ, Duration, super::parse_duration, "duration");
+    quantity!(RateQ, Rate, Rate::parse, "rate");
+    quantity!(
+        BandwidthQ,
+        f64,
+        |s| match Rate::parse(s)? {
+            Rate::BytesPerSec(b) => Ok(b),
+            other => Err(super::UnitError(format!("`{s}` is {other}, expected a bandwidth such as `2GB/s`"))),
+        },
+        "bandwidth"
+    );
+}

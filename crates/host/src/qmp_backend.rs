@@ -74,6 +74,9 @@ pub fn find_stats<'a>(answer: &'a Value, target: &QmpTarget) -> Option<&'a Value
         .and_then(|e| e.get("stats"))
 }
 
+/// The rate fields `block_set_io_throttle` requires (bursts stay at 0).
+const THROTTLE_FIELDS: [&str; 6] = ["bps", "bps_rd", "bps_wr", "iops", "iops_rd", "iops_wr"];
+
 fn limit(v: Option<f64>) -> u64 {
     // QEMU takes whole numbers and 0 for "no limit".
     v.map(|x| x.ceil().max(1.0) as u64).unwrap_or(0)
@@ -114,6 +117,49 @@ impl QmpBackend {
 
     pub fn add_tenant(&mut self, name: &str, socket: &Path, target: QmpTarget) {
         self.tenants.insert(name.to_string(), VmTenant { socket: socket.to_path_buf(), target });
+    }
+
+    pub fn remove_tenant(&mut self, name: &str) -> bool {
+        self.tenants.remove(name).is_some()
+    }
+
+    /// The throttle settings a guest drive has now (the six rate fields of
+    /// `query-block`), to be restored later with [`QmpBackend::set_drive_throttle`].
+    pub fn drive_throttle(&mut self, name: &str) -> Result<Value> {
+        let t = self.tenant(name)?;
+        let QmpTarget::Drive { id } = &t.target else {
+            return Err(HostError::Invalid(format!("tenant `{name}` is a throttle group, not a guest drive")));
+        };
+        let answer = self.execute(&t.socket, "query-block", None)?;
+        let entry = answer
+            .as_array()
+            .and_then(|a| {
+                a.iter().find(|e| {
+                    e.get("qdev").and_then(Value::as_str) == Some(id) || e.get("device").and_then(Value::as_str) == Some(id)
+                })
+            })
+            .ok_or_else(|| HostError::Invalid(format!("{}: no block device `{id}` in query-block", t.socket.display())))?;
+        let inserted = entry.get("inserted").ok_or_else(|| {
+            HostError::Invalid(format!("{}: block device `{id}` has no medium inserted", t.socket.display()))
+        })?;
+        let mut limits = serde_json::Map::new();
+        for key in THROTTLE_FIELDS {
+            limits.insert(key.to_string(), json!(u(inserted, key)));
+        }
+        Ok(Value::Object(limits))
+    }
+
+    /// Sets a guest drive's six rate fields as read by [`QmpBackend::drive_throttle`].
+    pub fn set_drive_throttle(&mut self, name: &str, limits: &Value) -> Result<()> {
+        let t = self.tenant(name)?;
+        let QmpTarget::Drive { id } = &t.target else {
+            return Err(HostError::Invalid(format!("tenant `{name}` is a throttle group, not a guest drive")));
+        };
+        let mut args = json!({ "id": id });
+        for key in THROTTLE_FIELDS {
+            args[key] = json!(limits.get(key).and_then(Value::as_u64).unwrap_or(0));
+        }
+        self.execute(&t.socket, "block_set_io_throttle", Some(args)).map(|_| ())
     }
 
     pub fn has_tenant(&self, name: &str) -> bool {

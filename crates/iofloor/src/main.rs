@@ -1,4 +1,5 @@
-//! The `iofloor` command: simulate scenarios, rebuild reports, check admission.
+//! The `iofloor` command: simulate scenarios, benchmark real devices, run the
+//! controller as a service (`run`) and watch it (`top`).
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 mod scenarios;
+mod top;
 
 #[derive(Parser)]
 #[command(name = "iofloor", version, about = "I/O floors for tenants sharing flash")]
@@ -134,6 +136,28 @@ enum Command {
         cgroup_root: PathBuf,
         #[arg(long)]
         json: bool,
+    },
+    /// Run the controller as a service: tenants from a config file, floors
+    /// kept until SIGTERM/SIGINT (limits restored), SIGHUP reloads.
+    Run {
+        /// The config file (docs/config.md).
+        #[arg(long)]
+        config: PathBuf,
+        /// Only check the config and exit.
+        #[arg(long)]
+        check: bool,
+    },
+    /// A terminal view of a running daemon's tenants, refreshed each interval.
+    Top {
+        /// The daemon's API.
+        #[arg(long, default_value = "http://127.0.0.1:9180")]
+        url: String,
+        /// Sort by: usage, cost, floor, name.
+        #[arg(long, default_value = "usage")]
+        sort: String,
+        /// Print one table and exit (no terminal UI).
+        #[arg(long)]
+        once: bool,
     },
     /// A block device of known capacity for tests and demos.
     Rig {
@@ -439,6 +463,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Run { config, check } => {
+            let config = iofloor_daemon::config::Config::load(&config).map_err(|e| bad(e.to_string()))?;
+            if check {
+                println!(
+                    "{}: ok ({} devices, {} tenant entries, policy {})",
+                    config.file.display(),
+                    config.devices.len(),
+                    config.tenants.len(),
+                    config.policy
+                );
+                return Ok(());
+            }
+            use std::io::IsTerminal;
+            tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_env("IOFLOOR_LOG")
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .init();
+            iofloor_daemon::run(config)
+        }
+        Command::Top { url, sort, once } => top::run(&url, &sort, once),
         Command::Lag { device, cap, trials, cgroup_root, json } => {
             if !(cap.is_finite() && cap >= 1.0) || !(1..=100).contains(&trials) {
                 return Err(bad("--cap must be at least 1 and --trials 1..100"));

@@ -7,9 +7,9 @@
 //! line and field.
 
 use iofloor_core::cost::{CostModel, CostParams};
-use iofloor_core::units::{self, Rate};
+use iofloor_core::units::Rate;
 use iofloor_core::{PolicyParams, TenantClass, TenantSpec};
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use std::path::Path;
 use std::time::Duration;
 
@@ -25,56 +25,8 @@ pub enum ScenarioError {
     Invalid { path: String, message: String },
 }
 
-// ---- quantities that parse themselves, so errors carry the TOML position ----
-
-/// Accepts a TOML string or number as the text of a quantity.
-struct QuantityText(&'static str);
-
-impl serde::de::Visitor<'_> for QuantityText {
-    type Value = String;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(f, "a {} such as in docs/scenarios.md", self.0)
-    }
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
-        Ok(v.to_string())
-    }
-    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<String, E> {
-        Ok(v.to_string())
-    }
-    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<String, E> {
-        Ok(v.to_string())
-    }
-    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<String, E> {
-        Ok(v.to_string())
-    }
-}
-
-macro_rules! quantity {
-    ($name:ident, $inner:ty, $parse:expr, $what:literal) => {
-        #[derive(Debug, Clone, Copy, PartialEq)]
-        pub struct $name(pub $inner);
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let text = d.deserialize_any(QuantityText($what))?;
-                let parse: fn(&str) -> Result<$inner, units::UnitError> = $parse;
-                parse(&text).map($name).map_err(|e| serde::de::Error::custom(format!("invalid {}: {}", $what, e)))
-            }
-        }
-    };
-}
-
-quantity!(SizeQ, u64, units::parse_size, "size");
-quantity!(DurationQ, Duration, units::parse_duration, "duration");
-quantity!(RateQ, Rate, Rate::parse, "rate");
-quantity!(
-    BandwidthQ,
-    f64,
-    |s| match Rate::parse(s)? {
-        Rate::BytesPerSec(b) => Ok(b),
-        other => Err(units::UnitError(format!("`{s}` is {other}, expected a bandwidth such as `2GB/s`"))),
-    },
-    "bandwidth"
-);
+// Quantities that parse themselves, so errors carry the TOML position.
+pub use iofloor_core::units::quantity::{BandwidthQ, DurationQ, RateQ, SizeQ};
 
 // ---- the file ----
 
@@ -433,14 +385,7 @@ impl ScenarioFile {
         if interval < Duration::from_millis(100) || interval > Duration::from_secs(60) {
             return Err(format!("`interval` must be between 100ms and 60s, got {interval:?}"));
         }
-        self.policy.floor.validate()?;
-        let tt = &self.policy.top_throttle;
-        if !(tt.rate > 0.0 && tt.rate < 1.0) {
-            return Err(format!("`policy.top-throttle.rate` must be in (0, 1), got {}", tt.rate));
-        }
-        if !(tt.cap_interval_s > 0.0 && tt.cap_time_s > 0.0) {
-            return Err("`policy.top-throttle.cap_interval_s` and `cap_time_s` must be positive".into());
-        }
+        self.policy.validate()?;
 
         let d = &self.device;
         if d.parallelism == 0 || d.parallelism > 65536 {

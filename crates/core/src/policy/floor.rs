@@ -201,6 +201,10 @@ impl Policy for FloorPolicy {
         "floor"
     }
 
+    fn capacity_estimate(&self) -> Option<f64> {
+        Some(self.capacity_est)
+    }
+
     fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
         let p = &self.params;
         let cost = &self.ctx.cost;

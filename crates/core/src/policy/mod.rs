@@ -24,6 +24,12 @@ pub trait Policy: Send {
 
     /// Decides the caps for every tenant of the snapshot, in its order.
     fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps>;
+
+    /// The device capacity the policy currently believes in, in cost units
+    /// per second, for metrics; `None` for policies that do not estimate it.
+    fn capacity_estimate(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// What every policy knows about the device.
@@ -85,6 +91,21 @@ pub struct PolicyParams {
     pub floor: FloorParams,
     #[serde(rename = "top-throttle")]
     pub top_throttle: TopThrottleParams,
+}
+
+impl PolicyParams {
+    /// Checks every section; the message names the offending key.
+    pub fn validate(&self) -> Result<(), String> {
+        self.floor.validate()?;
+        let tt = &self.top_throttle;
+        if !(tt.rate > 0.0 && tt.rate < 1.0) {
+            return Err(format!("`policy.top-throttle.rate` must be in (0, 1), got {}", tt.rate));
+        }
+        if !(tt.cap_interval_s > 0.0 && tt.cap_time_s > 0.0) {
+            return Err("`policy.top-throttle.cap_interval_s` and `cap_time_s` must be positive".into());
+        }
+        Ok(())
+    }
 }
 
 /// Builds a policy by kind.

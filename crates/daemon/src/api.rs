@@ -1,0 +1,234 @@
+//! The HTTP side (axum): JSON API under /api/v1 (docs/api.yaml), Prometheus
+//! /metrics, the sample stream (server-sent events) and the dashboard page.
+//!
+//! Reads come from the view the control thread publishes; changes go to the
+//! control thread as commands and are answered once it has checked and
+//! applied them, so a refused change changes nothing. Changes need the unix
+//! socket (its file permissions) or the bearer token of the config.
+
+use crate::service::{Command, Patch, PatchError, Shared};
+use crate::view::{Point, TenantList};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use iofloor_core::units::Rate;
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const DASHBOARD: &str = include_str!("../assets/dashboard.html");
+
+/// How long a change may wait for the control thread (it handles commands
+/// between intervals, at once; this bounds a wedged backend call).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Clone)]
+pub struct ApiState {
+    pub shared: Arc<Shared>,
+    pub commands: Arc<Mutex<Sender<Command>>>,
+    /// Requests over the unix socket may change state without a token.
+    pub via_unix: bool,
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({ "error": message.into() }))).into_response()
+}
+
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/", get(|| async { Html(DASHBOARD) }))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/status", get(status))
+        .route("/api/v1/tenants", get(tenants))
+        .route("/api/v1/tenants/{*name}", get(tenant).patch(patch_tenant))
+        .route("/api/v1/admission", get(admission))
+        .route("/api/v1/reload", post(reload))
+        .route("/api/v1/samples", get(samples))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such path; see docs/api.yaml") })
+        .with_state(state)
+}
+
+async fn metrics(State(s): State<ApiState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        s.shared.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn status(State(s): State<ApiState>) -> Response {
+    Json(s.shared.view.lock().unwrap().status.clone()).into_response()
+}
+
+async fn tenants(State(s): State<ApiState>) -> Response {
+    let v = s.shared.view.lock().unwrap();
+    Json(TenantList { now: v.now, interval_s: v.status.interval_s, tenants: v.tenants.values().cloned().collect() })
+        .into_response()
+}
+
+async fn tenant(State(s): State<ApiState>, Path(name): Path<String>, Query(q): Query<HashMap<String, String>>) -> Response {
+    let seconds = match q.get("seconds").map(|v| v.parse::<u64>()) {
+        None => None,
+        Some(Ok(n)) => Some(n as f64),
+        Some(Err(_)) => return error(StatusCode::BAD_REQUEST, "`seconds` must be a non-negative whole number"),
+    };
+    if let Some(other) = q.keys().find(|k| k.as_str() != "seconds") {
+        return error(StatusCode::BAD_REQUEST, format!("unknown query parameter `{other}`"));
+    }
+    let v = s.shared.view.lock().unwrap();
+    let Some(t) = v.tenants.get(&name) else { return error(StatusCode::NOT_FOUND, format!("no tenant `{name}`")) };
+    let since = seconds.map(|n| v.now - n).unwrap_or(f64::NEG_INFINITY);
+    let history: Vec<Point> = v.history.get(&name).map(|h| h.iter().filter(|p| p.t >= since).copied().collect()).unwrap_or_default();
+    let mut body = serde_json::to_value(t).expect("a tenant view serialises");
+    body["history"] = serde_json::to_value(history).expect("points serialise");
+    Json(body).into_response()
+}
+
+async fn admission(State(s): State<ApiState>) -> Response {
+    Json(json!({ "devices": s.shared.view.lock().unwrap().admission })).into_response()
+}
+
+/// Checks the caller may change state: over the unix socket, or with the
+/// configured bearer token (compared in constant time).
+fn authorise(s: &ApiState, headers: &HeaderMap) -> Result<(), Response> {
+    if s.via_unix {
+        return Ok(());
+    }
+    let Some(token) = s.shared.token.lock().unwrap().clone() else {
+        return Err(error(
+            StatusCode::UNAUTHORIZED,
+            "changes need `api.token` in the config, or the unix socket (`api.unix_socket`)",
+        ));
+    };
+    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let ok = given.is_some_and(|g| g.len() == token.len() && g.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0);
+    if ok {
+        Ok(())
+    } else {
+        Err(error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token"))
+    }
+}
+
+fn rate_field(body: &Map<String, Value>, key: &str) -> Result<Option<Option<Rate>>, String> {
+    match body.get(key) {
+        None => Ok(None),
+        Some(Value::Null) => Ok(Some(None)),
+        Some(Value::String(text)) => Rate::parse(text).map(|r| Some(Some(r))).map_err(|e| format!("`{key}`: {e}")),
+        Some(other) => Err(format!("`{key}` must be a string such as \"500 IOPS\" or null, got {other}")),
+    }
+}
+
+/// Parses a PATCH body; every problem is a message for a 400.
+pub fn parse_patch(body: &[u8]) -> Result<Patch, String> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
+    let Value::Object(map) = value else { return Err("body must be a JSON object".into()) };
+    if map.is_empty() {
+        return Err("body names nothing to change (floor, ceiling, weight)".into());
+    }
+    if let Some(k) = map.keys().find(|k| !["floor", "ceiling", "weight"].contains(&k.as_str())) {
+        return Err(format!("unknown field `{k}` (known: floor, ceiling, weight)"));
+    }
+    let weight = match map.get("weight") {
+        None => None,
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(w) if w > 0.0 && w <= 10000.0 => Some(w),
+            _ => return Err(format!("`weight` must be in (0, 10000], got {n}")),
+        },
+        Some(other) => return Err(format!("`weight` must be a number, got {other}")),
+    };
+    Ok(Patch { floor: rate_field(&map, "floor")?, ceiling: rate_field(&map, "ceiling")?, weight })
+}
+
+async fn send<T>(s: &ApiState, make: impl FnOnce(tokio::sync::oneshot::Sender<T>) -> Command) -> Result<T, Response> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    s.commands
+        .lock()
+        .unwrap()
+        .send(make(tx))
+        .map_err(|_| error(StatusCode::SERVICE_UNAVAILABLE, "the controller is shutting down"))?;
+    match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(_)) => Err(error(StatusCode::SERVICE_UNAVAILABLE, "the controller is shutting down")),
+        Err(_) => Err(error(StatusCode::SERVICE_UNAVAILABLE, "the controller did not answer in time")),
+    }
+}
+
+async fn patch_tenant(State(s): State<ApiState>, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(r) = authorise(&s, &headers) {
+        return r;
+    }
+    let patch = match parse_patch(&body) {
+        Ok(p) => p,
+        Err(m) => return error(StatusCode::BAD_REQUEST, m),
+    };
+    match send(&s, |reply| Command::Patch { tenant: name, patch, reply }).await {
+        Err(r) => r,
+        Ok(Ok(view)) => Json(view).into_response(),
+        Ok(Err(PatchError::NotFound(m))) => error(StatusCode::NOT_FOUND, m),
+        Ok(Err(PatchError::Invalid(m))) => error(StatusCode::BAD_REQUEST, m),
+        Ok(Err(PatchError::Refused { message, admission })) => {
+            (StatusCode::CONFLICT, Json(json!({ "error": message, "admission": admission }))).into_response()
+        }
+    }
+}
+
+async fn reload(State(s): State<ApiState>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorise(&s, &headers) {
+        return r;
+    }
+    match send(&s, |reply| Command::Reload { reply: Some(reply) }).await {
+        Err(r) => r,
+        Ok(Ok(message)) => Json(json!({ "ok": true, "message": message })).into_response(),
+        Ok(Err(message)) => error(StatusCode::BAD_REQUEST, message),
+    }
+}
+
+async fn samples(State(s): State<ApiState>) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
+    let rx = s.shared.ticks.subscribe();
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(tick) => return Some((Ok(Event::default().event("tick").data(&*tick)), rx)),
+                // A slow reader skips ticks rather than holding the daemon back.
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patch_bodies_are_checked_field_by_field() {
+        let p = parse_patch(br#"{"floor": "500 IOPS", "weight": 200}"#).unwrap();
+        assert_eq!(p.floor, Some(Some(Rate::Iops(500.0))));
+        assert_eq!(p.weight, Some(200.0));
+        assert_eq!(p.ceiling, None);
+        assert_eq!(parse_patch(br#"{"floor": null}"#).unwrap().floor, Some(None));
+        for (body, needle) in [
+            (&b"not json"[..], "not JSON"),
+            (b"[1]", "JSON object"),
+            (b"{}", "nothing to change"),
+            (br#"{"flor": "1 IOPS"}"#, "unknown field `flor`"),
+            (br#"{"floor": "5 parsecs"}"#, "`floor`"),
+            (br#"{"floor": 500}"#, "must be a string"),
+            (br#"{"weight": 0}"#, "(0, 10000]"),
+            (br#"{"weight": 1e9}"#, "(0, 10000]"),
+            (br#"{"weight": "x"}"#, "must be a number"),
+        ] {
+            let e = parse_patch(body).unwrap_err();
+            assert!(e.contains(needle), "{}: {e}", String::from_utf8_lossy(body));
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! Finding the tenants a config names: cgroup directories and QEMU monitor
+//! sockets, either one path or a glob whose every match is a tenant (pods,
+//! systemd slices, VMs that come and go). Run each interval.
+
+use crate::config::{Config, TenantSource};
+use std::path::{Path, PathBuf};
+
+/// A tenant found on the host.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Found {
+    /// The config's name, or `name/rest-of-the-match` for a glob.
+    pub name: String,
+    /// Index of the `[[tenant]]` entry.
+    pub entry: usize,
+    pub kind: FoundKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FoundKind {
+    /// Path relative to the cgroup root.
+    Cgroup(PathBuf),
+    Qmp { socket: PathBuf, drive: String },
+}
+
+impl Found {
+    /// The path an operator recognises (absolute cgroup directory or socket).
+    pub fn path(&self, cgroup_root: &Path) -> PathBuf {
+        match &self.kind {
+            FoundKind::Cgroup(rel) => cgroup_root.join(rel),
+            FoundKind::Qmp { socket, .. } => socket.clone(),
+        }
+    }
+}
+
+/// Every match of a (possibly glob) pattern under `base`, with the part of
+/// the match after the pattern's fixed prefix, for naming.
+fn matches(base: &Path, pattern: &str, want_dir: bool) -> Vec<(PathBuf, String)> {
+    let full = base.join(pattern);
+    let full_text = full.to_string_lossy().to_string();
+    let glob_text = format!("{}/{}", glob::Pattern::escape(&base.to_string_lossy()), pattern);
+    let fixed: PathBuf = Path::new(&full_text).components().take_while(|c| !c.as_os_str().to_string_lossy().contains(['*', '?', '['])).collect();
+    let is_glob = pattern.contains(['*', '?', '[']);
+    let candidates: Vec<PathBuf> = if is_glob {
+        match glob::glob(&glob_text) {
+            Ok(paths) => paths.filter_map(Result::ok).collect(),
+            Err(_) => Vec::new(),
+        }
+    } else {
+        vec![full.clone()]
+    };
+    let mut out = Vec::new();
+    for p in candidates {
+        let ok = if want_dir {
+            p.is_dir()
+        } else {
+            use std::os::unix::fs::FileTypeExt;
+            std::fs::metadata(&p).map(|m| m.file_type().is_socket()).unwrap_or(false)
+        };
+        if !ok {
+            continue;
+        }
+        let rest = p.strip_prefix(&fixed).map(|r| r.to_string_lossy().to_string()).unwrap_or_default();
+        out.push((p, rest));
+    }
+    out
+}
+
+/// All tenants of `config` present now, sorted by name. A name found twice
+/// (two entries matching the same cgroup) keeps its first entry.
+pub fn discover(config: &Config, cgroup_root: &Path) -> Vec<Found> {
+    let mut found: Vec<Found> = Vec::new();
+    for (entry, t) in config.tenants.iter().enumerate() {
+        let glob = t.source.is_glob();
+        let name_of = |rest: &str| if glob { format!("{}/{}", t.name, rest) } else { t.name.clone() };
+        match &t.source {
+            TenantSource::Cgroup(pattern) => {
+                for (path, rest) in matches(cgroup_root, pattern, true) {
+                    let Ok(rel) = path.strip_prefix(cgroup_root) else { continue };
+                    found.push(Found { name: name_of(&rest), entry, kind: FoundKind::Cgroup(rel.to_path_buf()) });
+                }
+            }
+            TenantSource::Qmp { socket, drive } => {
+                for (path, rest) in matches(Path::new("/"), socket.trim_start_matches('/'), false) {
+                    found.push(Found {
+                        name: name_of(&rest),
+                        entry,
+                        kind: FoundKind::Qmp { socket: path, drive: drive.clone() },
+                    });
+                }
+            }
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    found.retain(|f| seen.insert(f.name.clone()) && seen.insert(format!("\0{:?}", f.kind)));
+    found.sort();
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    fn config(tenants: &str) -> Config {
+        let text = format!(
+            "[[device]]\nid = \"7:0\"\nmodel = {{ rbps = 1e8, rseqiops = 1e3, rrandiops = 1e3, wbps = 1e8, wseqiops = 1e3, wrandiops = 1e3 }}\n{tenants}"
+        );
+        Config::parse(&text, Path::new("/x.toml")).unwrap()
+    }
+
+    #[test]
+    fn globs_find_each_match_and_plain_paths_only_when_present() {
+        let root = tempfile::tempdir().unwrap();
+        for d in ["kubepods/burstable/pod1", "kubepods/burstable/pod2", "kubepods/besteffort/pod3", "system.slice/db.service"]
+        {
+            std::fs::create_dir_all(root.path().join(d)).unwrap();
+        }
+        std::fs::write(root.path().join("kubepods/burstable/podfile"), "").unwrap();
+        let sock = root.path().join("vm-a.qmp");
+        let _listener = UnixListener::bind(&sock).unwrap();
+        let c = config(&format!(
+            "[[tenant]]\nname = \"pods\"\ncgroup = \"kubepods/*/pod*\"\n\
+             [[tenant]]\nname = \"db\"\ncgroup = \"system.slice/db.service\"\n\
+             [[tenant]]\nname = \"gone\"\ncgroup = \"system.slice/gone.service\"\n\
+             [[tenant]]\nname = \"vms\"\nqmp = \"{}/vm-*.qmp\"\ndrive = \"drive0\"\n",
+            root.path().display()
+        ));
+        let found = discover(&c, root.path());
+        let names: Vec<&str> = found.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["db", "pods/besteffort/pod3", "pods/burstable/pod1", "pods/burstable/pod2", "vms/vm-a.qmp"],
+            "directories only, absent plain paths skipped"
+        );
+        assert_eq!(found[0].kind, FoundKind::Cgroup("system.slice/db.service".into()));
+        assert_eq!(found[4].kind, FoundKind::Qmp { socket: sock.clone(), drive: "drive0".into() });
+
+        std::fs::remove_dir(root.path().join("kubepods/burstable/pod1")).unwrap();
+        assert_eq!(discover(&c, root.path()).len(), 4, "a vanished cgroup is no longer found");
+    }
+}

@@ -1,0 +1,123 @@
+//! The iofloor service (`iofloor run`): reads a config ([`config`]), finds the
+//! tenants it names — cgroups and QEMU monitors, by path or glob
+//! ([`discovery`]) — and runs the same policy code as the simulator and the
+//! bench against the host backends, once per interval, on a thread of its own
+//! ([`service`]). It owns the throttles it writes: their previous values are
+//! recorded before the first write and restored on shutdown or, after a
+//! crash, on the next start ([`ownership`]). What it does is visible through
+//! Prometheus metrics ([`metrics`]), a JSON API with a live sample stream and a
+//! dashboard page ([`api`], [`view`]); floors can be changed and the config
+//! reloaded at run time.
+
+pub mod api;
+pub mod config;
+pub mod discovery;
+pub mod metrics;
+pub mod ownership;
+pub mod service;
+pub mod view;
+
+use crate::api::ApiState;
+use crate::config::Config;
+use crate::service::{Command, Service, Shared};
+use std::sync::{Arc, Mutex};
+use tracing::{info, warn};
+
+/// Runs the daemon until SIGTERM or SIGINT, then restores every limit it
+/// set. SIGHUP reloads the config. Errors before the first interval (config,
+/// listeners, cgroups, cost models) return before anything was written.
+pub fn run(config: Config) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let result = runtime.block_on(serve(config));
+    // Open API connections (a dashboard's event stream) must not delay exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    result
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    // Signals first: a SIGTERM during start-up must not kill us half-way.
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+
+    let tcp = match config.api.listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("`api.listen` {addr}: {e}"))?,
+        ),
+        None => None,
+    };
+    let unix = match &config.api.unix_socket {
+        Some(path) => Some(bind_unix(path)?),
+        None => None,
+    };
+
+    let (ticks, _) = tokio::sync::broadcast::channel(16);
+    let shared = Arc::new(Shared {
+        view: Mutex::new(Service::initial_view(&config)),
+        metrics: metrics::Metrics::new(),
+        ticks,
+        token: Mutex::new(None),
+    });
+    let unix_path = config.api.unix_socket.clone();
+    let service = {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || Service::new(config, shared)).await??
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let control = std::thread::Builder::new().name("iofloor-control".into()).spawn(move || service.run(rx))?;
+    let commands = Arc::new(Mutex::new(tx));
+
+    if let Some(listener) = tcp {
+        info!("API and dashboard on http://{}", listener.local_addr()?);
+        let app = api::router(ApiState { shared: shared.clone(), commands: commands.clone(), via_unix: false });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+    }
+    if let Some(listener) = unix {
+        let app = api::router(ApiState { shared: shared.clone(), commands: commands.clone(), via_unix: true });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+    }
+
+    loop {
+        tokio::select! {
+            _ = term.recv() => { info!("SIGTERM: restoring limits and stopping"); break; }
+            _ = int.recv() => { info!("SIGINT: restoring limits and stopping"); break; }
+            _ = hup.recv() => {
+                info!("SIGHUP: reloading the config");
+                let _ = commands.lock().unwrap().send(Command::Reload { reply: None });
+            }
+        }
+    }
+    let _ = commands.lock().unwrap().send(Command::Shutdown);
+    let result = tokio::task::spawn_blocking(move || control.join()).await?;
+    if let Some(p) = unix_path {
+        let _ = std::fs::remove_file(p);
+    }
+    match result {
+        Ok(r) => r,
+        Err(_) => anyhow::bail!("the control thread panicked"),
+    }
+}
+
+/// Binds the API's unix socket, replacing a stale one, readable and
+/// writable by its owner only: the socket's permissions are its access control.
+fn bind_unix(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            anyhow::bail!("`api.unix_socket` {}: exists and is not a socket", path.display());
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            anyhow::bail!("`api.unix_socket` {}: another process is listening on it", path.display());
+        }
+        warn!("removing stale socket {}", path.display());
+        std::fs::remove_file(path)?;
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let listener =
+        tokio::net::UnixListener::bind(path).map_err(|e| anyhow::anyhow!("`api.unix_socket` {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}

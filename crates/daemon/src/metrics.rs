@@ -1,0 +1,264 @@
+//! Prometheus metrics (`/metrics`), with the `prometheus-client` crate. Names
+//! follow Prometheus conventions: base units (seconds, bytes), `_total` for
+//! counters, `_ratio` for shares; per-tenant series carry `tenant`, `device`
+//! and `class` labels and are removed when the tenant goes away, and cap series
+//! exist only while a cap is in force.
+
+use crate::view::TenantView;
+use iofloor_core::units::Rate;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+type GaugeF = Gauge<f64, AtomicU64>;
+type CounterF = Counter<f64, AtomicU64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TenantLabels {
+    pub tenant: String,
+    pub device: String,
+    pub class: String,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+enum DirectionLabel {
+    read,
+    write,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirLabels {
+    tenant: String,
+    device: String,
+    class: String,
+    direction: DirectionLabel,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FloorLabels {
+    tenant: String,
+    device: String,
+    class: String,
+    unit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeviceLabels {
+    device: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    result: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    iops: Family<DirLabels, GaugeF>,
+    bytes: Family<DirLabels, GaugeF>,
+    cost: Family<TenantLabels, GaugeF>,
+    latency: Family<TenantLabels, GaugeF>,
+    floor: Family<FloorLabels, GaugeF>,
+    floor_met: Family<TenantLabels, GaugeF>,
+    cap_iops: Family<DirLabels, GaugeF>,
+    cap_bytes: Family<DirLabels, GaugeF>,
+    throttled: Family<TenantLabels, CounterF>,
+    available: Family<TenantLabels, GaugeF>,
+    utilisation: Family<DeviceLabels, GaugeF>,
+    queue: Family<DeviceLabels, GaugeF>,
+    capacity: Family<DeviceLabels, GaugeF>,
+    tenants: Family<DeviceLabels, GaugeF>,
+    decision: Histogram,
+    overruns: Counter,
+    ticks: Counter,
+    reloads: Family<ReloadLabels, Counter>,
+}
+
+fn unit_label(r: Rate) -> &'static str {
+    match r {
+        Rate::Iops(_) => "iops",
+        Rate::BytesPerSec(_) => "bytes_per_second",
+        Rate::Cost(_) => "cost",
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            iops: Family::default(),
+            bytes: Family::default(),
+            cost: Family::default(),
+            latency: Family::default(),
+            floor: Family::default(),
+            floor_met: Family::default(),
+            cap_iops: Family::default(),
+            cap_bytes: Family::default(),
+            throttled: Family::default(),
+            available: Family::default(),
+            utilisation: Family::default(),
+            queue: Family::default(),
+            capacity: Family::default(),
+            tenants: Family::default(),
+            decision: Histogram::new(exponential_buckets(1e-6, 4.0, 10)),
+            overruns: Counter::default(),
+            ticks: Counter::default(),
+            reloads: Family::default(),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register("iofloor_tenant_iops", "I/O operations per second over the last interval", m.iops.clone());
+        r.register("iofloor_tenant_bytes_per_second", "Bytes per second over the last interval", m.bytes.clone());
+        r.register("iofloor_tenant_cost_ratio", "Share of the device's capacity used (cost model)", m.cost.clone());
+        r.register("iofloor_tenant_latency_seconds", "Mean completion latency, where the backend reports it", m.latency.clone());
+        r.register("iofloor_tenant_floor", "The tenant's floor, in the unit of the `unit` label", m.floor.clone());
+        r.register("iofloor_tenant_floor_met", "1 if the floor was met over the last interval (docs/metrics.md)", m.floor_met.clone());
+        r.register("iofloor_tenant_cap_iops", "IOPS cap in force (absent when none)", m.cap_iops.clone());
+        r.register("iofloor_tenant_cap_bytes_per_second", "Bandwidth cap in force (absent when none)", m.cap_bytes.clone());
+        r.register("iofloor_tenant_throttled_seconds", "Seconds the tenant had a cap in force", m.throttled.clone());
+        r.register("iofloor_tenant_available", "1 if the tenant's counters could be read this interval", m.available.clone());
+        r.register("iofloor_device_utilisation_ratio", "Share of the interval the device had I/O in flight", m.utilisation.clone());
+        r.register("iofloor_device_queue_depth", "Mean number of I/Os in flight", m.queue.clone());
+        r.register(
+            "iofloor_device_capacity_estimate_cost",
+            "Capacity the policy believes the device has, in cost units per second",
+            m.capacity.clone(),
+        );
+        r.register("iofloor_tenants", "Tenants under control", m.tenants.clone());
+        r.register("iofloor_decision_duration_seconds", "Time the policy took to decide", m.decision.clone());
+        r.register("iofloor_interval_overruns", "Intervals that started late because the last one ran long", m.overruns.clone());
+        r.register("iofloor_ticks", "Control intervals run", m.ticks.clone());
+        r.register("iofloor_config_reloads", "Config reloads, by result", m.reloads.clone());
+        Metrics { registry, ..m }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+
+    fn labels(t: &TenantView) -> TenantLabels {
+        TenantLabels { tenant: t.name.clone(), device: t.device.clone(), class: t.class.as_str().to_string() }
+    }
+
+    fn dir(l: &TenantLabels, direction: DirectionLabel) -> DirLabels {
+        DirLabels { tenant: l.tenant.clone(), device: l.device.clone(), class: l.class.clone(), direction }
+    }
+
+    /// Updates a tenant's series after an interval; `dt` is the interval's length.
+    pub fn tenant(&self, t: &TenantView, throttled_for: f64) {
+        let l = Self::labels(t);
+        let (r, w) = (Self::dir(&l, DirectionLabel::read), Self::dir(&l, DirectionLabel::write));
+        self.available.get_or_create(&l).set(if t.available { 1.0 } else { 0.0 });
+        if let Some(u) = &t.usage {
+            self.iops.get_or_create(&r).set(u.read_iops);
+            self.iops.get_or_create(&w).set(u.write_iops);
+            self.bytes.get_or_create(&r).set(u.read_bytes_per_sec);
+            self.bytes.get_or_create(&w).set(u.write_bytes_per_sec);
+            self.cost.get_or_create(&l).set(u.cost);
+            match u.latency_us {
+                Some(us) => {
+                    self.latency.get_or_create(&l).set(us / 1e6);
+                }
+                None => {
+                    self.latency.remove(&l);
+                }
+            }
+        }
+        self.remove_floor(&l);
+        if let Some(f) = t.floor {
+            let fl = FloorLabels { tenant: l.tenant.clone(), device: l.device.clone(), class: l.class.clone(), unit: unit_label(f).into() };
+            self.floor.get_or_create(&fl).set(f.value());
+        }
+        match t.floor_met {
+            Some(met) => {
+                self.floor_met.get_or_create(&l).set(if met { 1.0 } else { 0.0 });
+            }
+            None => {
+                self.floor_met.remove(&l);
+            }
+        }
+        for (labels, iops, bps) in [(&r, t.caps.read_iops, t.caps.read_bps), (&w, t.caps.write_iops, t.caps.write_bps)] {
+            match iops {
+                Some(v) => {
+                    self.cap_iops.get_or_create(labels).set(v);
+                }
+                None => {
+                    self.cap_iops.remove(labels);
+                }
+            }
+            match bps {
+                Some(v) => {
+                    self.cap_bytes.get_or_create(labels).set(v);
+                }
+                None => {
+                    self.cap_bytes.remove(labels);
+                }
+            }
+        }
+        self.throttled.get_or_create(&l).inc_by(throttled_for);
+    }
+
+    fn remove_floor(&self, l: &TenantLabels) {
+        for unit in ["iops", "bytes_per_second", "cost"] {
+            self.floor.remove(&FloorLabels { tenant: l.tenant.clone(), device: l.device.clone(), class: l.class.clone(), unit: unit.into() });
+        }
+    }
+
+    /// Removes every series of a tenant that went away.
+    pub fn forget_tenant(&self, t: &TenantView) {
+        let l = Self::labels(t);
+        for d in [DirectionLabel::read, DirectionLabel::write] {
+            let dl = Self::dir(&l, d);
+            self.iops.remove(&dl);
+            self.bytes.remove(&dl);
+            self.cap_iops.remove(&dl);
+            self.cap_bytes.remove(&dl);
+        }
+        self.cost.remove(&l);
+        self.latency.remove(&l);
+        self.floor_met.remove(&l);
+        self.throttled.remove(&l);
+        self.available.remove(&l);
+        self.remove_floor(&l);
+    }
+
+    pub fn device(&self, device: &str, utilisation: Option<f64>, queue: Option<f64>, capacity: Option<f64>, tenants: usize) {
+        let l = DeviceLabels { device: device.to_string() };
+        for (family, value) in [(&self.utilisation, utilisation), (&self.queue, queue), (&self.capacity, capacity)] {
+            match value {
+                Some(v) => {
+                    family.get_or_create(&l).set(v);
+                }
+                None => {
+                    family.remove(&l);
+                }
+            }
+        }
+        self.tenants.get_or_create(&l).set(tenants as f64);
+    }
+
+    pub fn tick(&self, decision_seconds: f64, overrun: bool) {
+        self.ticks.inc();
+        self.decision.observe(decision_seconds);
+        if overrun {
+            self.overruns.inc();
+        }
+    }
+
+    pub fn reload(&self, ok: bool) {
+        self.reloads.get_or_create(&ReloadLabels { result: if ok { "ok" } else { "refused" }.into() }).inc();
+    }
+}

@@ -1,0 +1,214 @@
+//! What the daemon shows: the JSON shapes of the HTTP API (docs/api.yaml),
+//! filled by the control thread after each interval and read by the API,
+//! the dashboard and `iofloor top`.
+
+use iofloor_core::units::Rate;
+use iofloor_core::{Caps, TenantClass, Usage};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Points of history kept per tenant.
+pub const HISTORY: usize = 600;
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct UsageView {
+    pub read_iops: f64,
+    pub write_iops: f64,
+    pub read_bytes_per_sec: f64,
+    pub write_bytes_per_sec: f64,
+    pub iops: f64,
+    pub bytes_per_sec: f64,
+    /// Share of the device per second (1.0 = the whole device).
+    pub cost: f64,
+    pub latency_us: Option<f64>,
+}
+
+impl UsageView {
+    pub fn new(u: &Usage, cost: f64) -> UsageView {
+        UsageView {
+            read_iops: u.read.ios,
+            write_iops: u.write.ios,
+            read_bytes_per_sec: u.read.bytes,
+            write_bytes_per_sec: u.write.bytes,
+            iops: u.iops(),
+            bytes_per_sec: u.bytes_per_sec(),
+            cost,
+            latency_us: u.latency_us,
+        }
+    }
+
+    /// The figure a floor of this unit is measured against.
+    pub fn in_unit_of(&self, rate: Rate) -> f64 {
+        match rate {
+            Rate::Iops(_) => self.iops,
+            Rate::BytesPerSec(_) => self.bytes_per_sec,
+            Rate::Cost(_) => self.cost,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    Cgroup,
+    Qmp,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantView {
+    pub name: String,
+    pub class: TenantClass,
+    pub source: SourceKind,
+    pub path: String,
+    pub device: String,
+    pub floor: Option<Rate>,
+    pub ceiling: Option<Rate>,
+    pub weight: f64,
+    pub latency_sensitive: bool,
+    pub available: bool,
+    pub error: Option<String>,
+    pub usage: Option<UsageView>,
+    pub caps: Caps,
+    pub floor_met: Option<bool>,
+    pub throttled_seconds: f64,
+    pub overridden: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    pub t: f64,
+    pub iops: f64,
+    pub bytes_per_sec: f64,
+    pub cost: f64,
+    pub latency_us: Option<f64>,
+    pub capped: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceState {
+    pub device: String,
+    pub path: String,
+    pub utilisation: Option<f64>,
+    pub avg_queue: Option<f64>,
+    pub capacity_estimate: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdmissionRow {
+    pub name: String,
+    pub floor_cost: Option<f64>,
+    pub guaranteed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdmissionView {
+    pub device: String,
+    pub admitted: bool,
+    pub usable_capacity: f64,
+    pub total_floor_cost: f64,
+    pub summary: String,
+    pub tenants: Vec<AdmissionRow>,
+}
+
+impl AdmissionView {
+    pub fn new(device: &str, v: &iofloor_core::admission::AdmissionVerdict) -> AdmissionView {
+        AdmissionView {
+            device: device.to_string(),
+            admitted: v.admitted,
+            usable_capacity: v.usable_capacity,
+            total_floor_cost: v.total_floor_cost,
+            summary: v.summary(),
+            tenants: v
+                .tenants
+                .iter()
+                .map(|t| AdmissionRow { name: t.name.clone(), floor_cost: t.floor_cost, guaranteed: t.guaranteed })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reload {
+    pub ok: bool,
+    pub message: String,
+    pub at: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub version: String,
+    pub policy: String,
+    pub interval_s: f64,
+    pub uptime_s: f64,
+    pub ticks: u64,
+    pub overruns: u64,
+    pub config: String,
+    pub devices: Vec<DeviceState>,
+    pub last_reload: Option<Reload>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TickTenant {
+    pub name: String,
+    pub device: String,
+    pub available: bool,
+    pub usage: Option<UsageView>,
+    pub caps: Caps,
+    pub floor: Option<Rate>,
+    pub floor_met: Option<bool>,
+}
+
+/// One interval, as streamed on /api/v1/samples.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tick {
+    pub t: f64,
+    pub devices: Vec<DeviceState>,
+    pub tenants: Vec<TickTenant>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantList {
+    pub now: f64,
+    pub interval_s: f64,
+    pub tenants: Vec<TenantView>,
+}
+
+/// Everything the API reads, replaced or appended to once per interval.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub status: Status,
+    pub tenants: BTreeMap<String, TenantView>,
+    pub history: BTreeMap<String, VecDeque<Point>>,
+    pub admission: Vec<AdmissionView>,
+    pub now: f64,
+}
+
+impl View {
+    pub fn push_point(&mut self, name: &str, point: Point) {
+        let h = self.history.entry(name.to_string()).or_default();
+        if h.len() == HISTORY {
+            h.pop_front();
+        }
+        h.push_back(point);
+    }
+
+    pub fn tick(&self) -> Tick {
+        Tick {
+            t: self.now,
+            devices: self.status.devices.clone(),
+            tenants: self
+                .tenants
+                .values()
+                .map(|t| TickTenant {
+                    name: t.name.clone(),
+                    device: t.device.clone(),
+                    available: t.available,
+                    usage: t.usage,
+                    caps: t.caps,
+                    floor: t.floor,
+                    floor_met: t.floor_met,
+                })
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! `iofloor top`: a running daemon's tenants in the terminal, like `top`:
+//! usage, floor and whether it is met, caps in force; refreshed every
+//! control interval, sortable. Reads the same JSON API as the dashboard.
+
+use anyhow::Context;
+use iofloor_core::units::{format_bytes, Rate};
+use iofloor_daemon::view::{Status, TenantList, TenantView};
+use ratatui::layout::{Constraint, Layout};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Cell, Paragraph, Row, Table};
+use std::time::Duration;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SortBy {
+    Usage,
+    Cost,
+    Floor,
+    Name,
+}
+
+impl SortBy {
+    fn parse(s: &str) -> Option<SortBy> {
+        Some(match s {
+            "usage" => SortBy::Usage,
+            "cost" => SortBy::Cost,
+            "floor" => SortBy::Floor,
+            "name" => SortBy::Name,
+            _ => return None,
+        })
+    }
+
+    fn next(self) -> SortBy {
+        match self {
+            SortBy::Usage => SortBy::Cost,
+            SortBy::Cost => SortBy::Floor,
+            SortBy::Floor => SortBy::Name,
+            SortBy::Name => SortBy::Usage,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            SortBy::Usage => "usage (IOPS)",
+            SortBy::Cost => "cost",
+            SortBy::Floor => "floor met, then usage",
+            SortBy::Name => "name",
+        }
+    }
+}
+
+fn fetch<T: serde::de::DeserializeOwned>(base: &str, path: &str) -> anyhow::Result<T> {
+    let url = format!("{}{path}", base.trim_end_matches('/'));
+    let mut resp = ureq::get(&url).call().with_context(|| format!("GET {url}"))?;
+    resp.body_mut().read_json::<T>().with_context(|| format!("GET {url}: not the iofloor API"))
+}
+
+fn sort(tenants: &mut [TenantView], by: SortBy) {
+    let usage = |t: &TenantView| t.usage.map(|u| u.iops).unwrap_or(0.0);
+    let cost = |t: &TenantView| t.usage.map(|u| u.cost).unwrap_or(0.0);
+    match by {
+        SortBy::Usage => tenants.sort_by(|a, b| usage(b).total_cmp(&usage(a))),
+        SortBy::Cost => tenants.sort_by(|a, b| cost(b).total_cmp(&cost(a))),
+        // Missed floors first: what an operator looks for.
+        SortBy::Floor => tenants.sort_by(|a, b| {
+            let rank = |t: &TenantView| match t.floor_met {
+                Some(false) => 0,
+                Some(true) => 1,
+                None => 2,
+            };
+            rank(a).cmp(&rank(b)).then(usage(b).total_cmp(&usage(a)))
+        }),
+        SortBy::Name => tenants.sort_by(|a, b| a.name.cmp(&b.name)),
+    }
+}
+
+fn rate_text(r: Option<Rate>) -> String {
+    r.map(|r| r.to_string()).unwrap_or_else(|| "-".into())
+}
+
+fn caps_text(t: &TenantView) -> String {
+    let c = &t.caps;
+    let mut parts = Vec::new();
+    for (label, v, bytes) in [
+        ("r", c.read_iops, false),
+        ("w", c.write_iops, false),
+        ("r", c.read_bps, true),
+        ("w", c.write_bps, true),
+    ] {
+        if let Some(v) = v {
+            parts.push(if bytes { format!("{label} {}/s", format_bytes(v)) } else { format!("{label} {v:.0} IOPS") });
+        }
+    }
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+const HEADER: [&str; 10] = ["TENANT", "CLASS", "IOPS", "BW/s", "COST%", "LAT ms", "FLOOR", "MET", "CAPS", "THROTTLED s"];
+
+fn row(t: &TenantView) -> [String; 10] {
+    let (iops, bw, cost, lat) = match (&t.usage, t.available) {
+        (Some(u), true) => (
+            format!("{:.0}", u.iops),
+            format_bytes(u.bytes_per_sec),
+            format!("{:.1}", u.cost * 100.0),
+            u.latency_us.map(|l| format!("{:.2}", l / 1e3)).unwrap_or_else(|| "-".into()),
+        ),
+        _ => {
+            let why = if t.available { "-".to_string() } else { "unavailable".to_string() };
+            (why, "-".into(), "-".into(), "-".into())
+        }
+    };
+    let met = match t.floor_met {
+        Some(true) => "yes",
+        Some(false) => "NO",
+        None => "-",
+    };
+    [
+        t.name.clone(),
+        t.class.as_str().into(),
+        iops,
+        bw,
+        cost,
+        lat,
+        rate_text(t.floor),
+        met.into(),
+        caps_text(t),
+        format!("{:.0}", t.throttled_seconds),
+    ]
+}
+
+fn status_line(s: &Status) -> String {
+    let devices: Vec<String> = s
+        .devices
+        .iter()
+        .map(|d| {
+            format!(
+                "{} util {} queue {}",
+                d.device,
+                d.utilisation.map(|u| format!("{:.0}%", u * 100.0)).unwrap_or_else(|| "-".into()),
+                d.avg_queue.map(|q| format!("{q:.1}")).unwrap_or_else(|| "-".into())
+            )
+        })
+        .collect();
+    format!(
+        "iofloor {} · policy {} · interval {:.1}s · up {:.0}s · {} ticks, {} overruns · {}",
+        s.version,
+        s.policy,
+        s.interval_s,
+        s.uptime_s,
+        s.ticks,
+        s.overruns,
+        devices.join(" · ")
+    )
+}
+
+/// The plain-text table of `--once`.
+fn print_once(status: &Status, tenants: &[TenantView]) {
+    println!("{}", status_line(status));
+    let rows: Vec<[String; 10]> = tenants.iter().map(row).collect();
+    let mut widths: Vec<usize> = HEADER.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string()
+    };
+    println!("{}", line(HEADER.to_vec()));
+    for r in &rows {
+        println!("{}", line(r.iter().map(String::as_str).collect()));
+    }
+}
+
+pub fn run(url: &str, sort_arg: &str, once: bool) -> anyhow::Result<()> {
+    let mut by = SortBy::parse(sort_arg)
+        .ok_or_else(|| crate::bad(format!("--sort: `{sort_arg}` is not one of usage, cost, floor, name")))?;
+    let status: Status = fetch(url, "/api/v1/status")?;
+    if once {
+        let mut list: TenantList = fetch(url, "/api/v1/tenants")?;
+        sort(&mut list.tenants, by);
+        print_once(&status, &list.tenants);
+        return Ok(());
+    }
+    let refresh = Duration::from_secs_f64(status.interval_s.clamp(0.1, 60.0));
+    let mut terminal = ratatui::init();
+    let result = (|| -> anyhow::Result<()> {
+        loop {
+            let fetched = fetch::<Status>(url, "/api/v1/status")
+                .and_then(|s| fetch::<TenantList>(url, "/api/v1/tenants").map(|t| (s, t)));
+            terminal.draw(|frame| {
+                let [head, body] = Layout::vertical([Constraint::Length(2), Constraint::Min(0)]).areas(frame.area());
+                match &fetched {
+                    Ok((status, list)) => {
+                        let mut tenants = list.tenants.clone();
+                        sort(&mut tenants, by);
+                        let help = format!("sorted by {} · s: sort · q: quit", by.label());
+                        frame.render_widget(Paragraph::new(vec![Line::from(status_line(status)), Line::from(help)]), head);
+                        let rows = tenants.iter().map(|t| {
+                            let style = if t.floor_met == Some(false) || !t.available {
+                                Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED)
+                            } else {
+                                Style::default()
+                            };
+                            Row::new(row(t).map(Cell::from)).style(style)
+                        });
+                        let widths = [
+                            Constraint::Min(16),
+                            Constraint::Length(9),
+                            Constraint::Length(8),
+                            Constraint::Length(11),
+                            Constraint::Length(6),
+                            Constraint::Length(7),
+                            Constraint::Length(12),
+                            Constraint::Length(4),
+                            Constraint::Min(14),
+                            Constraint::Length(11),
+                        ];
+                        let table = Table::new(rows, widths)
+                            .header(Row::new(HEADER).style(Style::default().add_modifier(Modifier::BOLD)))
+                            .block(Block::bordered().title(" tenants "));
+                        frame.render_widget(table, body);
+                    }
+                    Err(e) => {
+                        frame.render_widget(Paragraph::new(format!("{e:#}\n(retrying; q to quit)")), frame.area());
+                    }
+                }
+            })?;
+            if crossterm::event::poll(refresh)? {
+                if let crossterm::event::Event::Key(k) = crossterm::event::read()? {
+                    use crossterm::event::KeyCode;
+                    match k.code {
+                        KeyCode::Char('q') | KeyCode::Esc => return Ok(()),
+                        KeyCode::Char('c') if k.modifiers.contains(crossterm::event::KeyModifiers::CONTROL) => return Ok(()),
+                        KeyCode::Char('s') => by = by.next(),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    })();
+    ratatui::restore();
+    result
+}
