@@ -55,12 +55,17 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-async fn metrics(State(s): State<ApiState>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-        s.shared.metrics.encode(),
-    )
-        .into_response()
+/// OpenMetrics for scrapers that ask for it (Prometheus does), else the
+/// classic text format.
+async fn metrics(State(s): State<ApiState>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if accept.contains("application/openmetrics-text") {
+        ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.shared.metrics.encode())
+            .into_response()
+    } else {
+        ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], s.shared.metrics.encode_classic())
+            .into_response()
+    }
 }
 
 async fn status(State(s): State<ApiState>) -> Response {

@@ -149,6 +149,16 @@ impl Metrics {
         out
     }
 
+    /// The classic Prometheus text format (0.0.4), for scrapers and tools
+    /// that do not negotiate OpenMetrics (`promtool check metrics` among
+    /// them). Hand-written because prometheus-client only emits OpenMetrics;
+    /// the two differ only in counter family names (OpenMetrics names the
+    /// family without `_total`, the classic format names it as its samples)
+    /// and in the closing `# EOF`.
+    pub fn encode_classic(&self) -> String {
+        classic_from_openmetrics(&self.encode())
+    }
+
     fn labels(t: &TenantView) -> TenantLabels {
         TenantLabels { tenant: t.name.clone(), device: t.device.clone(), class: t.class.as_str().to_string() }
     }
@@ -260,5 +270,44 @@ impl Metrics {
 
     pub fn reload(&self, ok: bool) {
         self.reloads.get_or_create(&ReloadLabels { result: if ok { "ok" } else { "refused" }.into() }).inc();
+    }
+}
+
+fn classic_from_openmetrics(text: &str) -> String {
+    let counters: std::collections::HashSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters.contains(name).then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classic_text_names_counter_families_as_their_samples() {
+        let m = Metrics::new();
+        m.tick(0.001, true);
+        let classic = m.encode_classic();
+        assert!(classic.contains("# TYPE iofloor_ticks_total counter\niofloor_ticks_total 1\n"), "{classic}");
+        assert!(classic.contains("# HELP iofloor_interval_overruns_total "), "{classic}");
+        assert!(classic.contains("# TYPE iofloor_decision_duration_seconds histogram"), "{classic}");
+        assert!(!classic.contains("# EOF"));
+        assert!(m.encode().ends_with("# EOF\n"));
     }
 }

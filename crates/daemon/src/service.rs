@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// How long a QMP command may take before the VM counts as unavailable.
 const QMP_TIMEOUT: Duration = Duration::from_millis(500);
@@ -136,11 +136,20 @@ fn cost_model(device: &DeviceConfig, work: &Path) -> anyhow::Result<(CostModel, 
     })
 }
 
+/// Whether the device is there to be controlled: its node (when given by
+/// path) still is that device, and the kernel still has it with a non-zero
+/// size (a hot-unplugged disk leaves /sys; a detached loop device or an
+/// ejected medium stays with size 0).
 fn device_present(d: &DeviceConfig) -> bool {
-    match &d.path {
-        Some(p) => DevId::of_block_device(p).map(|id| id == d.id).unwrap_or(false),
-        None => Path::new(&format!("/sys/dev/block/{}", d.id)).exists(),
+    if let Some(p) = &d.path {
+        if DevId::of_block_device(p).map(|id| id != d.id).unwrap_or(true) {
+            return false;
+        }
     }
+    std::fs::read_to_string(format!("/sys/dev/block/{}/size", d.id))
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .is_some_and(|sectors| sectors > 0)
 }
 
 fn build_device(config: &Config, d: &DeviceConfig, root: &Path) -> anyhow::Result<DeviceLoop> {
@@ -444,13 +453,12 @@ impl Service {
         );
     }
 
+    /// Logs a tenant that cannot be adopted once, not every interval.
     fn log_error(&mut self, name: &str, message: &str) {
-        let known = self.tenants.get(name).and_then(|t| t.error.clone());
-        if known.as_deref() != Some(message) && !self.failed_adoptions.get(name).is_some_and(|m| m == message) {
-            warn!(tenant = %name, "{message}; skipped this interval, retried each interval");
-        }
-        if !self.tenants.contains_key(name) {
-            self.failed_adoptions.insert(name.to_string(), message.to_string());
+        match self.failed_adoptions.insert(name.to_string(), message.to_string()) {
+            None => warn!(tenant = %name, "{message}; retried each interval"),
+            Some(old) if old != message => debug!(tenant = %name, "still failing: {message}"),
+            Some(_) => {}
         }
     }
 
@@ -529,8 +537,11 @@ impl Service {
                 t.floor_met = floor_met(&t.spec, t.usage.as_ref(), contended);
                 match errors.get(name) {
                     Some(e) => {
-                        if t.error.as_deref() != Some(*e) {
-                            warn!(tenant = %name, "{e}; skipped this interval, retried each interval");
+                        // Once when it starts failing, not every interval.
+                        match &t.error {
+                            None => warn!(tenant = %name, "{e}; skipped until it recovers, retried each interval"),
+                            Some(old) if old != e => debug!(tenant = %name, "still failing: {e}"),
+                            Some(_) => {}
                         }
                         t.error = Some(e.to_string());
                         t.available = false;

@@ -1,0 +1,333 @@
+//! A running `iofloor run` for a test, test cgroups, fio in them, an HTTP
+//! client that keeps 4xx answers, and validation against docs/api.yaml.
+//! Everything is removed when dropped, also when the test fails.
+
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BLKIO: &str = "/sys/fs/cgroup/blkio";
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A tree of test cgroups under the blkio root, removed on drop after the
+/// processes the test put there were killed.
+pub struct Cgroups {
+    pub parent: String,
+    children: Vec<Child>,
+}
+
+impl Cgroups {
+    pub fn new(tag: &str, names: &[&str]) -> Cgroups {
+        let parent = format!("iofloor-daemon-{tag}-{}", std::process::id());
+        for n in names {
+            std::fs::create_dir_all(Path::new(BLKIO).join(&parent).join(n)).unwrap();
+        }
+        Cgroups { parent, children: Vec::new() }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        Path::new(BLKIO).join(&self.parent).join(name)
+    }
+
+    /// Starts fio in a cgroup: direct I/O on `device` (blk-throttle limits
+    /// only direct I/O).
+    pub fn fio(&mut self, name: &str, device: &str, rw: &str, bs: &str, iodepth: u32, rate: Option<&str>, secs: u32) {
+        let mut args = vec![
+            format!("--name={name}"),
+            format!("--filename={device}"),
+            "--direct=1".into(),
+            "--ioengine=libaio".into(),
+            format!("--rw={rw}"),
+            format!("--bs={bs}"),
+            format!("--iodepth={iodepth}"),
+            "--time_based".into(),
+            format!("--runtime={secs}"),
+            "--output-format=json".into(),
+        ];
+        if let Some(r) = rate {
+            args.push(format!("--rate={r}"));
+        }
+        let procs = self.path(name).join("cgroup.procs");
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("echo $$ > {} && exec fio \"$@\"", procs.display()))
+            .arg("sh")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.children.push(child);
+    }
+
+    pub fn wait_fio(&mut self) {
+        for c in &mut self.children {
+            let _ = c.wait();
+        }
+        self.children.clear();
+    }
+
+    pub fn write_limit(&self, name: &str, file: &str, line: &str) {
+        std::fs::write(self.path(name).join(file), line).unwrap();
+    }
+
+    pub fn read_limit(&self, name: &str, file: &str) -> String {
+        std::fs::read_to_string(self.path(name).join(file)).unwrap().trim().to_string()
+    }
+}
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let parent = Path::new(BLKIO).join(&self.parent);
+        for _ in 0..50 {
+            for e in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
+                if e.path().is_dir() {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+            if std::fs::remove_dir(&parent).is_ok() || !parent.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// `iofloor run` on a config written into a temporary directory.
+pub struct Daemon {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    pub config: PathBuf,
+    pub log: PathBuf,
+    agent: ureq::Agent,
+}
+
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(10))).build().into()
+}
+
+impl Daemon {
+    /// Writes `config` (with `{port}` and `{dir}` filled in) and starts the
+    /// daemon; returns once its API answers.
+    pub fn start(config: &str) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let path = dir.path().join("iofloor.toml");
+        std::fs::write(&path, fill(config, port, dir.path())).unwrap();
+        let mut d = Daemon { child: None, port, config: path, log: dir.path().join("daemon.log"), dir, agent: agent() };
+        d.spawn();
+        d
+    }
+
+    /// Starts (again) on the same config, state file and port.
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_iofloor"))
+            .args(["run", "--config"])
+            .arg(&self.config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let started = Instant::now();
+        loop {
+            if let Ok(resp) = self.agent.get(&self.url("/api/v1/status")).call() {
+                if resp.status() == 200 {
+                    return;
+                }
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("iofloor run exited ({status}) at start:\n{}", self.log_text());
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "API did not come up:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn rewrite_config(&self, config: &str) {
+        std::fs::write(&self.config, fill(config, self.port, self.dir.path())).unwrap();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        let mut resp = self.agent.get(&self.url(path)).call().unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.body_mut().read_json().unwrap_or(Value::Null))
+    }
+
+    pub fn get_text(&self, path: &str) -> String {
+        self.agent.get(&self.url(path)).call().unwrap().body_mut().read_to_string().unwrap()
+    }
+
+    pub fn send(&self, method: &str, path: &str, body: &str, token: Option<&str>) -> (u16, Value) {
+        let url = self.url(path);
+        let mut req = match method {
+            "PATCH" => self.agent.patch(&url),
+            "POST" => self.agent.post(&url),
+            other => panic!("method {other}"),
+        };
+        if let Some(t) = token {
+            req = req.header("Authorization", &format!("Bearer {t}"));
+        }
+        let mut resp = req.header("Content-Type", "application/json").send(body).unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.body_mut().read_json().unwrap_or(Value::Null))
+    }
+
+    /// Polls the tenant list until `pred` holds (a daemon interval is 1 s or less).
+    pub fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+        let started = Instant::now();
+        loop {
+            let (_, v) = self.get("/api/v1/tenants");
+            if pred(&v) {
+                return v;
+            }
+            assert!(started.elapsed() < timeout, "timed out waiting for {what}; last: {v}\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill").args([&format!("-{sig}"), &self.pid().to_string()]).status().unwrap().success();
+        assert!(ok, "kill -{sig}");
+    }
+
+    /// Sends SIGTERM and waits; returns the exit status and how long it took.
+    pub fn terminate(&mut self) -> (std::process::ExitStatus, Duration) {
+        let started = Instant::now();
+        self.signal("TERM");
+        let status = self.child.take().unwrap().wait().unwrap();
+        (status, started.elapsed())
+    }
+
+    pub fn kill9(&mut self) {
+        let mut c = self.child.take().unwrap();
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SIGTERM first so it restores what it set; SIGKILL if it hangs.
+            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+            let started = Instant::now();
+            while c.try_wait().ok().flatten().is_none() && started.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("--- daemon log ---\n{}", self.log_text());
+        }
+    }
+}
+
+fn fill(config: &str, port: u16, dir: &Path) -> String {
+    config.replace("{port}", &port.to_string()).replace("{dir}", &dir.display().to_string())
+}
+
+/// Reads one server-sent event of type `tick` from the sample stream.
+pub fn read_one_tick(port: u16) -> Value {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /api/v1/samples HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n").unwrap();
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "stream closed: {text}");
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+        if let Some(i) = text.find("event: tick\ndata: ") {
+            let rest = &text[i + "event: tick\ndata: ".len()..];
+            if let Some(end) = rest.find('\n') {
+                return serde_json::from_str(&rest[..end]).unwrap();
+            }
+        }
+    }
+}
+
+/// One request over the API's unix socket (HTTP/1.1, connection closed).
+pub fn unix_request(socket: &Path, method: &str, path: &str, body: &str) -> (u16, Value) {
+    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status: u16 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+/// Validates API answers against the schemas of docs/api.yaml.
+pub struct ApiSpec {
+    doc: Value,
+}
+
+impl ApiSpec {
+    pub fn load() -> ApiSpec {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/api.yaml");
+        let doc: Value = serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        ApiSpec { doc }
+    }
+
+    /// The JSON schema of `method path` answering `status`.
+    fn schema(&self, path: &str, method: &str, status: u16) -> Value {
+        let op = &self.doc["paths"][path][method];
+        assert!(op.is_object(), "docs/api.yaml has no {method} {path}");
+        let resp = &op["responses"][status.to_string()];
+        assert!(resp.is_object(), "docs/api.yaml: {method} {path} does not document {status}");
+        let resp = match resp.get("$ref").and_then(Value::as_str) {
+            Some(r) => self.doc.pointer(r.trim_start_matches('#')).unwrap().clone(),
+            None => resp.clone(),
+        };
+        resp["content"]["application/json"]["schema"].clone()
+    }
+
+    #[track_caller]
+    pub fn check(&self, path: &str, method: &str, status: u16, body: &Value) {
+        let mut root = self.doc.clone();
+        let schema = self.schema(path, method, status);
+        assert!(!schema.is_null(), "docs/api.yaml: {method} {path} {status} has no JSON schema");
+        // Validate against the schema with the whole document as its root,
+        // so `#/components/schemas/...` references resolve.
+        root.as_object_mut().unwrap().insert("$ref".into(), Value::String("#/__checked".into()));
+        root.as_object_mut().unwrap().insert("__checked".into(), schema);
+        let validator = jsonschema::draft202012::new(&root).expect("docs/api.yaml schemas compile");
+        let errors: Vec<String> = validator.iter_errors(body).map(|e| format!("{} at {}", e, e.instance_path)).collect();
+        assert!(errors.is_empty(), "{method} {path} {status} does not match docs/api.yaml: {errors:#?}\nbody: {body}");
+    }
+}

@@ -1,0 +1,530 @@
+//! End-to-end tests of `iofloor run` on the real kernel: cgroup v1 blkio,
+//! a rig of known capacity (qemu-storage-daemon + FUSE + loop), fio tenants.
+//! They check floors kept under a noisy neighbour, ownership of throttles
+//! (SIGTERM, SIGKILL + restart), reloads, the API against docs/api.yaml, faults
+//! that must stay with one tenant, and the dashboard in headless Chromium.
+//! Skipped without root/blkio/fio/qemu-storage-daemon, except under CI.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod cdp;
+mod harness;
+
+use common::{real_environment, TestRig};
+use harness::{ApiSpec, Cgroups, Daemon};
+use serde_json::Value;
+use std::sync::Mutex;
+use std::time::Duration;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// A config for tenants in `parent`'s children on `device`, with the rig's
+/// cost model (every I/O costs the same: the rig counts operations).
+fn config(device: &str, iops: u64, parent: &str, tenants: &str) -> String {
+    format!(
+        r#"interval = "1s"
+state_file = "{{dir}}/state.json"
+
+[api]
+listen = "127.0.0.1:{{port}}"
+token = "let-me-in"
+unix_socket = "{{dir}}/api.sock"
+
+[[device]]
+name = "rig"
+path = "{device}"
+[device.model]
+rbps = 100e9
+rseqiops = {iops}
+rrandiops = {iops}
+wbps = 100e9
+wseqiops = {iops}
+wrandiops = {iops}
+
+{tenants}"#
+    )
+    .replace("{parent}", parent)
+}
+
+fn tenant(v: &Value, name: &str) -> Value {
+    v["tenants"].as_array().unwrap().iter().find(|t| t["name"] == name).cloned().unwrap_or(Value::Null)
+}
+
+fn names(v: &Value) -> Vec<String> {
+    v["tenants"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn run_keeps_noisy4_floors_on_a_real_device_and_metrics_show_it() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    // seed 001's four tenants: one ramps up 64 KiB random writes, three ask
+    // 8/6/3 MB/s with those as floors (a little above, so a met floor shows
+    // as use ≥ floor); the rig does 640 I/Os per second.
+    let rig = TestRig::up(640);
+    let mut cg = Cgroups::new("noisy4", &["vm1", "vm2", "vm3", "vm4"]);
+    let tenants = r#"
+[[tenant]]
+name = "vm1"
+cgroup = "{parent}/vm1"
+floor = "8MB/s"
+[[tenant]]
+name = "vm2"
+cgroup = "{parent}/vm2"
+floor = "8MB/s"
+[[tenant]]
+name = "vm3"
+cgroup = "{parent}/vm3"
+floor = "6MB/s"
+[[tenant]]
+name = "vm4"
+cgroup = "{parent}/vm4"
+floor = "3MB/s"
+"#;
+    // The same load watched with `none` (iofloor measures, never caps), then kept with `floor`.
+    let text = config(&rig.device, 640, &cg.parent, tenants);
+    let watched = Daemon::start(&text.replace("[api]", "[policy]\nkind = \"none\"\n\n[api]"));
+    let (none_met, none_windows) = floors_met_under_load(&watched, &mut cg, &rig.device, 20);
+    drop(watched);
+    let daemon = Daemon::start(&text);
+    let (met, windows) = floors_met_under_load(&daemon, &mut cg, &rig.device, 30);
+    let share = met as f64 / windows as f64;
+    let none_share = none_met as f64 / none_windows as f64;
+    eprintln!(
+        "floors met after the first 5 s: floor {met}/{windows} windows ({:.1} %), none {none_met}/{none_windows} ({:.1} %)",
+        share * 100.0,
+        none_share * 100.0
+    );
+    assert!(windows >= 80, "about 24 windows per tenant expected, got {windows}");
+    assert!(share >= 0.99, "floors met in {:.1} % of windows", share * 100.0);
+    assert!(none_share < 0.9, "without control the noisy tenant takes the quiet ones' floors ({none_share:.2})");
+
+    // /metrics shows it, and passes promtool.
+    let metrics = daemon.get_text("/metrics");
+    for name in ["vm1", "vm2", "vm3", "vm4"] {
+        assert!(metrics.contains(&format!("iofloor_tenant_floor_met{{tenant=\"{name}\"")), "{name} in /metrics");
+    }
+    assert!(metrics.contains("iofloor_tenant_throttled_seconds_total{tenant=\"vm1\""));
+    let throttled: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("iofloor_tenant_throttled_seconds_total{tenant=\"vm1\""))
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(throttled > 5.0, "the noisy tenant was held back: {throttled} s");
+    let (ok, output) = std::process::Command::new("promtool").args(["check", "metrics"]).output_from(&metrics);
+    assert!(ok, "promtool check metrics: {output}");
+}
+
+/// Runs noisy-4's load for `load_secs` under a running daemon; counts the
+/// windows (from 5 s after the start) in which each tenant got ≥ 95 % of its floor.
+fn floors_met_under_load(daemon: &Daemon, cg: &mut Cgroups, device: &str, load_secs: u32) -> (usize, usize) {
+    daemon.wait_for("four tenants", Duration::from_secs(10), |v| v["tenants"].as_array().is_some_and(|a| a.len() == 4));
+    let (_, status) = daemon.get("/api/v1/status");
+    let load_started = status["uptime_s"].as_f64().unwrap();
+    cg.fio("vm1", device, "randwrite", "64k", 32, None, load_secs);
+    for (name, rate) in [("vm2", "8800000"), ("vm3", "6600000"), ("vm4", "3300000")] {
+        cg.fio(name, device, "randwrite", "64k", 4, Some(rate), load_secs);
+    }
+    cg.wait_fio();
+    let (mut windows, mut met) = (0, 0);
+    for (name, floor) in [("vm1", 8e6), ("vm2", 8e6), ("vm3", 6e6), ("vm4", 3e6)] {
+        let (_, t) = daemon.get(&format!("/api/v1/tenants/{name}"));
+        let got: Vec<f64> = t["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| {
+                let at = p["t"].as_f64().unwrap();
+                at > load_started + 5.0 && at < load_started + load_secs as f64 - 1.0
+            })
+            .map(|p| p["bytes_per_sec"].as_f64().unwrap())
+            .collect();
+        let ok = got.iter().filter(|&&b| b >= 0.95 * floor).count();
+        let mbs: Vec<f64> = got.iter().map(|b| (b / 1e5).round() / 10.0).collect();
+        eprintln!("  {name}: floor {:.0} MB/s, met in {ok}/{} windows; MB/s {mbs:?}", floor / 1e6, got.len());
+        windows += got.len();
+        met += ok;
+    }
+    (met, windows)
+}
+
+/// Runs a command with `input` on stdin: (success, stdout + stderr).
+trait OutputFrom {
+    fn output_from(&mut self, input: &str) -> (bool, String);
+}
+
+impl OutputFrom for std::process::Command {
+    fn output_from(&mut self, input: &str) -> (bool, String) {
+        use std::io::Write;
+        let mut child = self
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("promtool is installed by scripts/deps.sh");
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+#[test]
+fn limits_are_restored_on_sigterm_and_after_a_crash() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    let rig = TestRig::up(1000);
+    let dev = iofloor_host::DevId::of_block_device(std::path::Path::new(&rig.device)).unwrap();
+    let mut cg = Cgroups::new("own", &["quiet", "noisy"]);
+    // Limits an operator set before iofloor: they must come back.
+    let original = format!("{dev} 987654321");
+    cg.write_limit("noisy", "blkio.throttle.read_bps_device", &original);
+    let tenants = r#"
+[[tenant]]
+name = "quiet"
+cgroup = "{parent}/quiet"
+floor = "400 IOPS"
+[[tenant]]
+name = "noisy"
+cgroup = "{parent}/noisy"
+"#;
+    let mut daemon = Daemon::start(&config(&rig.device, 1000, &cg.parent, tenants));
+    let capped = |cg: &Cgroups| {
+        let bps = cg.read_limit("noisy", "blkio.throttle.read_bps_device");
+        !bps.is_empty() && bps != original
+    };
+    let load = |cg: &mut Cgroups| {
+        cg.fio("noisy", &rig.device, "randread", "4k", 32, None, 8);
+        cg.fio("quiet", &rig.device, "randread", "4k", 4, Some("2000000"), 8);
+    };
+    load(&mut cg);
+    daemon.wait_for("a cap on the noisy tenant", Duration::from_secs(8), |v| {
+        tenant(v, "noisy")["caps"]["read_iops"].is_number()
+    });
+    assert!(capped(&cg), "iofloor capped the noisy cgroup");
+    let (status, took) = daemon.terminate();
+    eprintln!("SIGTERM to exit with limits restored: {:.0} ms", took.as_secs_f64() * 1e3);
+    assert!(status.success(), "exit {status}");
+    assert!(took < Duration::from_secs(3), "restored and exited in {took:?} (goal ≤ 1 s)");
+    assert_eq!(cg.read_limit("noisy", "blkio.throttle.read_bps_device"), original, "original limit back");
+    assert_eq!(cg.read_limit("noisy", "blkio.throttle.read_iops_device"), "", "no IOPS limit left");
+    assert!(!daemon.dir.path().join("state.json").exists(), "state file removed after a clean stop");
+    cg.wait_fio();
+
+    // A crash leaves the caps and the state file; the next start puts the
+    // originals back before controlling again.
+    daemon.spawn();
+    load(&mut cg);
+    daemon.wait_for("a cap again", Duration::from_secs(8), |v| tenant(v, "noisy")["caps"]["read_iops"].is_number());
+    daemon.kill9();
+    assert!(capped(&cg), "SIGKILL leaves iofloor's caps in place");
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(daemon.dir.path().join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["entries"].as_array().unwrap().len(), 2, "{state}");
+    cg.wait_fio();
+    daemon.spawn();
+    assert!(!capped(&cg), "a restarted daemon restored what the crashed one left");
+    assert!(daemon.log_text().contains("left by a previous run"), "{}", daemon.log_text());
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+    assert_eq!(cg.read_limit("noisy", "blkio.throttle.read_bps_device"), original);
+}
+
+#[test]
+fn api_changes_reloads_and_discovery_follow_the_contract() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    let spec = ApiSpec::load();
+    let rig = TestRig::up(1000);
+    let cg = Cgroups::new("api", &["pods/pod-a", "pods/pod-b", "db"]);
+    let tenants = r#"
+[[tenant]]
+name = "pods"
+cgroup = "{parent}/pods/pod-*"
+floor = "100 IOPS"
+[[tenant]]
+name = "db"
+cgroup = "{parent}/db"
+floor = "200 IOPS"
+weight = 300
+"#;
+    let text = config(&rig.device, 1000, &cg.parent, tenants);
+    let daemon = Daemon::start(&text);
+    let v = daemon.wait_for("three tenants", Duration::from_secs(5), |v| v["tenants"].as_array().is_some_and(|a| a.len() == 3));
+    assert_eq!(names(&v), ["db", "pods/pod-a", "pods/pod-b"]);
+
+    // Reads, checked against docs/api.yaml.
+    for path in ["/api/v1/status", "/api/v1/tenants", "/api/v1/admission"] {
+        let (status, body) = daemon.get(path);
+        assert_eq!(status, 200, "{path}");
+        spec.check(path, "get", 200, &body);
+    }
+    let (status, body) = daemon.get("/api/v1/tenants/pods%2Fpod-a?seconds=60");
+    assert_eq!(status, 200, "{body}");
+    spec.check("/api/v1/tenants/{name}", "get", 200, &body);
+    assert_eq!(body["path"], cg.path("pods/pod-a").display().to_string());
+    let (status, body) = daemon.get("/api/v1/tenants/nobody");
+    assert_eq!(status, 404);
+    spec.check("/api/v1/tenants/{name}", "get", 404, &body);
+    let (status, body) = daemon.get("/api/v1/tenants/db?seconds=-3");
+    assert_eq!(status, 400);
+    spec.check("/api/v1/tenants/{name}", "get", 400, &body);
+    let tick = harness::read_one_tick(daemon.port);
+    assert_eq!(tick["tenants"].as_array().unwrap().len(), 3, "{tick}");
+
+    // Changes: token, validation, admission, then a real change.
+    let patch = |body: &str, token: Option<&str>| daemon.send("PATCH", "/api/v1/tenants/db", body, token);
+    let cases: [(&str, Option<&str>, u16, &str); 8] = [
+        (r#"{"floor": "300 IOPS"}"#, None, 401, "token"),
+        (r#"{"floor": "300 IOPS"}"#, Some("wrong"), 401, "token"),
+        (r#"{"floor": "300 bananas"}"#, Some("let-me-in"), 400, "floor"),
+        (r#"{"weight": 0}"#, Some("let-me-in"), 400, "weight"),
+        (r#"{"colour": "red"}"#, Some("let-me-in"), 400, "colour"),
+        (r#"{"floor": "300 IOPS", "ceiling": "100 IOPS"}"#, Some("let-me-in"), 400, "below"),
+        ("{not json", Some("let-me-in"), 400, "JSON"),
+        (r#"{"floor": "5000 IOPS"}"#, Some("let-me-in"), 409, "does not fit"),
+    ];
+    for (body, token, want, needle) in cases {
+        let (status, answer) = patch(body, token);
+        assert_eq!(status, want, "{body}: {answer}");
+        assert!(answer["error"].as_str().unwrap().contains(needle), "{body}: {answer}");
+        spec.check("/api/v1/tenants/{name}", "patch", want, &answer);
+    }
+    let (_, db) = daemon.get("/api/v1/tenants/db");
+    assert_eq!(db["floor"]["value"], 200.0, "refused changes changed nothing");
+    let (status, answer) = daemon.send("PATCH", "/api/v1/tenants/nobody", r#"{"weight": 5}"#, Some("let-me-in"));
+    assert_eq!(status, 404, "{answer}");
+    let (status, answer) = patch(r#"{"floor": "250 IOPS", "weight": 50}"#, Some("let-me-in"));
+    assert_eq!(status, 200, "{answer}");
+    spec.check("/api/v1/tenants/{name}", "patch", 200, &answer);
+    assert_eq!((answer["floor"]["value"].as_f64(), answer["weight"].as_f64(), answer["overridden"].as_bool()), (Some(250.0), Some(50.0), Some(true)));
+    // Over the unix socket, no token is needed.
+    let (status, answer) =
+        harness::unix_request(&daemon.dir.path().join("api.sock"), "PATCH", "/api/v1/tenants/db", r#"{"ceiling": "900 IOPS"}"#);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["ceiling"]["value"], 900.0);
+
+    // Discovery: a new pod is adopted, a removed one dropped.
+    std::fs::create_dir(cg.path("pods/pod-c")).unwrap();
+    daemon.wait_for("pod-c adopted", Duration::from_secs(3), |v| names(v).contains(&"pods/pod-c".to_string()));
+    std::fs::remove_dir(cg.path("pods/pod-a")).unwrap();
+    daemon.wait_for("pod-a dropped", Duration::from_secs(3), |v| !names(v).contains(&"pods/pod-a".to_string()));
+
+    // Reload: a valid change by SIGHUP; an invalid file refused, by SIGHUP
+    // and by the API, with the old config still running.
+    daemon.rewrite_config(&text.replace("floor = \"100 IOPS\"", "floor = \"120 IOPS\""));
+    daemon.signal("HUP");
+    daemon.wait_for("pods at 120 IOPS", Duration::from_secs(3), |v| tenant(v, "pods/pod-b")["floor"]["value"] == 120.0);
+    daemon.rewrite_config(&text.replace("floor = \"100 IOPS\"", "floor = \"100 IOPS\"\nflavour = \"x\""));
+    let (status, answer) = daemon.send("POST", "/api/v1/reload", "", Some("let-me-in"));
+    assert_eq!(status, 400, "{answer}");
+    spec.check("/api/v1/reload", "post", 400, &answer);
+    let message = answer["error"].as_str().unwrap();
+    assert!(message.contains("iofloor.toml:") && message.contains("flavour"), "file, line and key: {message}");
+    let (status, answer) = daemon.send("POST", "/api/v1/reload", "", None);
+    assert_eq!(status, 401, "{answer}");
+    daemon.signal("HUP");
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, status_now) = daemon.get("/api/v1/status");
+    assert_eq!(status_now["last_reload"]["ok"], false, "{status_now}");
+    let (_, v) = daemon.get("/api/v1/tenants");
+    assert_eq!(tenant(&v, "pods/pod-b")["floor"]["value"], 120.0, "the running config stays");
+    assert_eq!(tenant(&v, "db")["floor"]["value"], 250.0, "API changes survive reloads");
+    daemon.rewrite_config(&text);
+    let (status, answer) = daemon.send("POST", "/api/v1/reload", "", Some("let-me-in"));
+    assert_eq!(status, 200, "{answer}");
+    spec.check("/api/v1/reload", "post", 200, &answer);
+
+    // `iofloor top --once` shows the same tenants.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_iofloor"))
+        .args(["top", "--once", "--sort", "name", "--url", &daemon.url("")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("TENANT") && text.contains("pods/pod-b") && text.contains("250 IOPS"), "{text}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_iofloor")).args(["top", "--once", "--sort", "size"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "bad --sort is bad input");
+}
+
+#[test]
+fn dashboard_shows_live_data_and_changes_a_floor_in_headless_chromium() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    let rig = TestRig::up(1000);
+    let mut cg = Cgroups::new("dash", &["web", "batch"]);
+    let tenants = r#"
+[[tenant]]
+name = "web"
+cgroup = "{parent}/web"
+floor = "300 IOPS"
+[[tenant]]
+name = "batch"
+cgroup = "{parent}/batch"
+floor = "100 IOPS"
+"#;
+    let daemon = Daemon::start(&config(&rig.device, 1000, &cg.parent, tenants));
+    cg.fio("web", &rig.device, "randread", "4k", 4, Some("1600000"), 25);
+    cg.fio("batch", &rig.device, "randread", "4k", 16, None, 25);
+
+    let mut page = cdp::Browser::open(&daemon.url("/"));
+    page.wait_until("the initial load", "document.body.dataset.ready === '1'", Duration::from_secs(20));
+    page.wait_until(
+        "live ticks drawn",
+        "Number(document.body.dataset.ticks) >= 3 && Number(document.body.dataset.points) > 4",
+        Duration::from_secs(20),
+    );
+    let rows = page.eval("[...document.querySelectorAll('#tenants [data-tenant]')].map(r => r.dataset.tenant).sort()");
+    assert_eq!(rows, serde_json::json!(["batch", "web"]));
+    let chart_has_ink = page.eval(
+        "(() => { const c = document.getElementById('throughput'); const d = c.getContext('2d')\
+         .getImageData(0, 0, c.width, c.height).data; let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; \
+         return n; })()",
+    );
+    assert!(chart_has_ink.as_u64().unwrap() > 1000, "the throughput chart is drawn: {chart_has_ink} pixels");
+
+    // A floor change through the page's form reaches the daemon.
+    page.eval(
+        "(() => { document.getElementById('floor-tenant').value = 'batch'; \
+         document.getElementById('floor-value').value = '150 IOPS'; \
+         document.getElementById('token').value = 'let-me-in'; \
+         document.getElementById('floor-submit').click(); return true; })()",
+    );
+    page.wait_until(
+        "the change's answer",
+        "document.getElementById('floor-result').textContent.startsWith('ok:')",
+        Duration::from_secs(10),
+    );
+    let (_, batch) = daemon.get("/api/v1/tenants/batch");
+    assert_eq!(batch["floor"], serde_json::json!({"unit": "iops", "value": 150.0}), "{batch}");
+    page.wait_until("two more ticks", "Number(document.body.dataset.ticks) >= 5", Duration::from_secs(10));
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
+    page.screenshot(&shot);
+    eprintln!("dashboard screenshot: {}", shot.display());
+    assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
+}
+
+#[test]
+fn faults_stay_with_one_tenant_and_the_daemon_carries_on() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    let rig = TestRig::up(1000);
+    // A second device that will be removed: a loop device over a file.
+    let scratch = tempfile::tempdir().unwrap();
+    let backing = scratch.path().join("second.img");
+    std::fs::File::create(&backing).unwrap().set_len(64 << 20).unwrap();
+    let out = std::process::Command::new("losetup").args(["-f", "--show"]).arg(&backing).output().unwrap();
+    let second = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(second.starts_with("/dev/loop"), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+    struct Detach(String);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("losetup").args(["-d", &self.0]).status();
+        }
+    }
+    let detach = Detach(second.clone());
+
+    // A QEMU monitor that answers garbage.
+    let qmp = scratch.path().join("vm.qmp");
+    let listener = std::os::unix::net::UnixListener::bind(&qmp).unwrap();
+    std::thread::spawn(move || {
+        use std::io::{BufRead, Write};
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let _ = writeln!(s, "{{\"QMP\": {{\"version\": {{}}}}}}");
+            let mut command = String::new();
+            let _ = std::io::BufReader::new(&s).read_line(&mut command);
+            let _ = writeln!(s, "this is not JSON");
+        }
+    });
+
+    let mut cg = Cgroups::new("faults", &["steady", "flaky", "other-dev"]);
+    let tenants = format!(
+        r#"
+[[tenant]]
+name = "steady"
+cgroup = "{{parent}}/steady"
+device = "rig"
+floor = "300 IOPS"
+[[tenant]]
+name = "flaky"
+cgroup = "{{parent}}/flaky"
+device = "rig"
+floor = "100 IOPS"
+[[tenant]]
+name = "vm"
+qmp = "{}"
+drive = "drive0"
+device = "rig"
+floor = "100 IOPS"
+[[tenant]]
+name = "other-dev"
+cgroup = "{{parent}}/other-dev"
+device = "second"
+floor = "100 IOPS"
+
+[[device]]
+name = "second"
+path = "{second}"
+model = {{ rbps = 1e9, rseqiops = 5000, rrandiops = 5000, wbps = 1e9, wseqiops = 5000, wrandiops = 5000 }}
+"#,
+        qmp.display()
+    );
+    let mut daemon = Daemon::start(&config(&rig.device, 1000, &cg.parent, &tenants));
+    daemon.wait_for("steady measured", Duration::from_secs(5), |v| tenant(v, "steady")["usage"].is_object());
+    cg.fio("steady", &rig.device, "randread", "4k", 4, Some("1600000"), 20);
+    cg.fio("flaky", &rig.device, "randread", "4k", 1, None, 3);
+    std::thread::sleep(Duration::from_secs(4));
+
+    // A cgroup recreated under the same name: its counters go backwards.
+    std::fs::remove_dir(cg.path("flaky")).unwrap();
+    std::fs::create_dir(cg.path("flaky")).unwrap();
+    // The second device goes away.
+    drop(detach);
+    std::thread::sleep(Duration::from_secs(4));
+    // A cgroup removed for good.
+    std::fs::remove_dir(cg.path("other-dev")).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+
+    assert!(daemon.is_running(), "the daemon carries on");
+    let (_, v) = daemon.get("/api/v1/tenants");
+    let vm = tenant(&v, "vm");
+    // Its original limits cannot be read, so it is never written to: not
+    // adopted, retried each interval.
+    assert!(vm.is_null() || vm["available"] == false, "{vm}");
+    assert_eq!(tenant(&v, "other-dev"), Value::Null, "a removed cgroup is dropped: {v}");
+    let steady = tenant(&v, "steady");
+    assert_eq!(steady["available"], true, "{steady}");
+    assert!(steady["usage"]["iops"].as_f64().unwrap() >= 0.95 * 300.0, "the others keep their floors: {steady}");
+    let log = daemon.log_text();
+    let count = |needle: &str| log.lines().filter(|l| l.contains(needle)).count();
+    assert_eq!(count("tenant=vm"), 1, "a failing tenant is logged once:\n{log}");
+    assert_eq!(count("answered garbage"), 1, "{log}");
+    assert_eq!(count("device removed"), 1, "{log}");
+    assert!(count("counters went backwards") + count("tenant=flaky") >= 1, "{log}");
+    assert!(log.contains("gone; dropped"), "{log}");
+    cg.wait_fio();
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+}
+
+#[test]
+fn the_api_spec_check_rejects_what_the_spec_does_not_allow() {
+    let spec = ApiSpec::load();
+    let good = serde_json::json!({"error": "no tenant `x`"});
+    spec.check("/api/v1/tenants/{name}", "get", 404, &good);
+    for bad in [serde_json::json!({"error": 3}), serde_json::json!({"error": "x", "extra": 1}), serde_json::json!({})] {
+        let caught = std::panic::catch_unwind(|| spec.check("/api/v1/tenants/{name}", "get", 404, &bad));
+        assert!(caught.is_err(), "{bad} must not pass");
+    }
+}
