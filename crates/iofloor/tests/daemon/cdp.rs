@@ -80,15 +80,20 @@ impl Browser {
 
     /// Evaluates an expression (promises awaited) and returns its value.
     pub fn eval(&mut self, expression: &str) -> Value {
-        let r = self.call("Runtime.evaluate", json!({ "expression": expression, "awaitPromise": true, "returnByValue": true }));
+        let r = self.try_eval(expression);
         assert!(r.get("exceptionDetails").is_none(), "{expression}: {r}");
         r["result"]["value"].clone()
     }
 
-    /// Polls an expression until it is true.
+    fn try_eval(&mut self, expression: &str) -> Value {
+        self.call("Runtime.evaluate", json!({ "expression": expression, "awaitPromise": true, "returnByValue": true }))
+    }
+
+    /// Polls an expression until it is true (an exception, as while the
+    /// page is still loading, counts as not yet).
     pub fn wait_until(&mut self, what: &str, expression: &str, timeout: Duration) {
         let started = Instant::now();
-        while self.eval(expression) != Value::Bool(true) {
+        while self.try_eval(expression)["result"]["value"] != Value::Bool(true) {
             assert!(started.elapsed() < timeout, "page: timed out waiting for {what} ({expression})");
             std::thread::sleep(Duration::from_millis(200));
         }

@@ -528,3 +528,104 @@ fn the_api_spec_check_rejects_what_the_spec_does_not_allow() {
         assert!(caught.is_err(), "{bad} must not pass");
     }
 }
+
+/// CPU seconds (user + system) a process has used, from /proc.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces) start at ")".
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0 // USER_HZ is 100 on Linux
+}
+
+/// fio's read IOPS in a cgroup for `secs`.
+fn fio_iops(cg: &mut Cgroups, name: &str, device: &str, secs: u32) -> f64 {
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let procs = cg.path(name).join("cgroup.procs");
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("echo $$ > {} && exec fio \"$@\"", procs.display()))
+        .arg("sh")
+        .args(["--name=t", &format!("--filename={device}"), "--direct=1", "--ioengine=libaio", "--rw=randread", "--bs=4k"])
+        .args(["--iodepth=8", "--time_based", &format!("--runtime={secs}"), "--output-format=json"])
+        .arg(format!("--output={}", out.path().display()))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(out.path()).unwrap()).unwrap();
+    v["jobs"][0]["read"]["iops"].as_f64().unwrap()
+}
+
+/// The overhead benchmark of issue 4: 100 tenants at a 1 s interval (CPU
+/// use of the daemon), and one tenant's throughput without contention with
+/// and without the daemon, alternated within one run on a CPU-bound device
+/// (a loop device over tmpfs, where any CPU the daemon takes would show).
+/// Prints the figures; the assertions only guard against gross regressions.
+#[test]
+fn overhead_of_the_daemon_with_100_tenants() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    let backing = std::path::PathBuf::from(format!("/dev/shm/iofloor-overhead-{}.img", std::process::id()));
+    std::fs::File::create(&backing).unwrap().set_len(256 << 20).unwrap();
+    struct Cleanup(String, std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            if !self.0.is_empty() {
+                let _ = std::process::Command::new("losetup").args(["-d", &self.0]).status();
+            }
+            let _ = std::fs::remove_file(&self.1);
+        }
+    }
+    let mut cleanup = Cleanup(String::new(), backing.clone());
+    let out = std::process::Command::new("losetup").args(["-f", "--show"]).arg(&backing).output().unwrap();
+    let device = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(device.starts_with("/dev/loop"));
+    cleanup.0 = device.clone();
+
+    let names: Vec<String> = (0..100).map(|i| format!("t{i:03}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut cg = Cgroups::new("overhead", &refs);
+    let tenants = r#"
+[[tenant]]
+name = "t"
+cgroup = "{parent}/t*"
+floor = "1000 IOPS"
+"#;
+    // A model that makes 100 floors of 1,000 IOPS admissible on this device.
+    let mut daemon = Daemon::start(&config(&device, 200_000, &cg.parent, tenants));
+    daemon.wait_for("100 tenants", Duration::from_secs(10), |v| v["tenants"].as_array().is_some_and(|a| a.len() == 100));
+    let pid = daemon.pid();
+    let (cpu0, t0) = (cpu_seconds(pid), std::time::Instant::now());
+    std::thread::sleep(Duration::from_secs(20));
+    let cpu_share = (cpu_seconds(pid) - cpu0) / t0.elapsed().as_secs_f64();
+    let (_, status) = daemon.get("/api/v1/status");
+
+    // Throughput with and without the daemon, alternated: A B A B.
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for round in 0..2 {
+        with.push(fio_iops(&mut cg, "t000", &device, 8));
+        let (status, _) = daemon.terminate();
+        assert!(status.success());
+        without.push(fio_iops(&mut cg, "t000", &device, 8));
+        if round == 0 {
+            daemon.spawn();
+            daemon.wait_for("100 tenants", Duration::from_secs(10), |v| v["tenants"].as_array().is_some_and(|a| a.len() == 100));
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let ratio = mean(&with) / mean(&without);
+    eprintln!(
+        "overhead: 100 tenants at 1 s: daemon CPU {:.2} % of a core over 20 s ({} ticks, {} overruns); \
+         one tenant without contention: {:.0} IOPS with the daemon vs {:.0} without (ratio {:.3}; runs {with:.0?} vs {without:.0?})",
+        cpu_share * 100.0,
+        status["ticks"],
+        status["overruns"],
+        mean(&with),
+        mean(&without),
+        ratio
+    );
+    assert!(cpu_share < 0.05, "daemon CPU {:.2} % of a core (goal ≤ 1 %)", cpu_share * 100.0);
+    assert!(ratio > 0.9, "throughput with the daemon {ratio:.3} of without (goal ≥ 0.98)");
+}
