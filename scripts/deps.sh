@@ -2,7 +2,8 @@
 # Installs what iofloor's real-device path needs and a fresh machine of this
 # kind lacks: fio, qemu-storage-daemon (qemu-system-common), and for the
 # real-guest test qemu-system-x86_64, busybox and cpio plus a guest image
-# (scripts/guest-image.sh). Needs root.
+# (scripts/guest-image.sh), and for the daemon's tests promtool (prometheus)
+# and chromium. Needs root.
 set -euo pipefail
 missing=()
 command -v fio >/dev/null || missing+=(fio)
@@ -10,6 +11,9 @@ command -v qemu-storage-daemon >/dev/null || missing+=(qemu-system-common)
 command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
 [[ -x /bin/busybox ]] || missing+=(busybox-static)
 command -v cpio >/dev/null || missing+=(cpio)
+# The daemon's tests: promtool checks /metrics, Chromium drives the dashboard.
+command -v promtool >/dev/null || missing+=(prometheus)
+command -v chromium >/dev/null || missing+=(chromium)
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "iofloor: need root to install ${missing[*]}" >&2

@@ -463,6 +463,18 @@ weight = 200
         assert_eq!(c.tenants[1].weight, 200.0);
     }
 
+    #[test]
+    fn the_shipped_example_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/iofloor.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        // Its device does not exist here: checked by path at load time.
+        let text = text.replace("path = \"/dev/nvme0n1\"", "id = \"259:0\"").replace("token_file", "# token_file");
+        let c = Config::parse(&text, &path).unwrap();
+        assert_eq!(c.tenants.len(), 3);
+        assert_eq!(c.tenants[2].floor, Some(Rate::Cost(0.1)));
+        assert!(c.tenants[0].source.is_glob());
+    }
+
     fn error_of(text: &str) -> ConfigError {
         parse(text).unwrap_err()
     }
@@ -504,6 +516,7 @@ weight = 200
         assert!(e.message.contains("`..`"), "{e}");
 
         let e = error_of("interval = \"1s\"\n");
+        assert!(e.line.is_none());
         assert!(e.message.contains("[[device]]"), "{e}");
         assert!(e.to_string().starts_with("/etc/iofloor/test.toml"), "{e}");
     }

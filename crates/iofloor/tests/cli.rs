@@ -141,3 +141,38 @@ fn admission_control_reports_per_tenant() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("vm3") && text.contains("NOT guaranteed"), "{text}");
 }
+
+#[test]
+fn run_refuses_a_bad_config_with_file_line_and_key_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = format!(
+        "state_file = \"{}/state.json\"\n[api]\nlisten = \"off\"\n[[device]]\nid = \"7:0\"\n\
+         model = {{ rbps = 1e9, rseqiops = 1e3, rrandiops = 1e3, wbps = 1e9, wseqiops = 1e3, wrandiops = 1e3 }}\n\
+         [[tenant]]\nname = \"a\"\ncgroup = \"a\"\nfloor = \"100 IOPS\"\n",
+        dir.path().display()
+    );
+    let path = dir.path().join("iofloor.toml");
+    let path_text = path.to_str().unwrap();
+    std::fs::write(&path, &good).unwrap();
+    let o = iofloor(&["run", "--config", path_text, "--check"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("ok (1 devices, 1 tenant entries, policy floor)"));
+
+    for (edit, needle) in [
+        (good.replace("floor = \"100 IOPS\"", "floor = \"100 IOPZ\""), "iofloor.toml:10: `tenant.floor`"),
+        (good.replace("floor = \"100 IOPS\"", "floor = \"100 IOPS\"\nceilin = \"5 IOPS\""), "iofloor.toml:11: `tenant.ceilin`: unknown field"),
+        (good.replace("id = \"7:0\"", "id = \"seven\""), "iofloor.toml:4: device[0] `id`"),
+        (good.replace("[api]\nlisten = \"off\"", "[api]\nlisten = \"here\""), "iofloor.toml:2: `api.listen`"),
+    ] {
+        std::fs::write(&path, edit).unwrap();
+        for args in [&["run", "--config", path_text, "--check"][..], &["run", "--config", path_text]] {
+            let o = iofloor(args);
+            assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+            assert!(stderr(&o).contains(needle), "want {needle}: {}", stderr(&o));
+        }
+        assert!(!dir.path().join("state.json").exists(), "nothing created");
+    }
+    let o = iofloor(&["run", "--config", "/nonexistent/iofloor.toml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("/nonexistent/iofloor.toml"), "{}", stderr(&o));
+}
