@@ -95,8 +95,7 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::default();
-        let m = Metrics {
+        let mut m = Metrics {
             iops: Family::default(),
             bytes: Family::default(),
             cost: Family::default(),
@@ -117,13 +116,13 @@ impl Metrics {
             reloads: Family::default(),
             registry: Registry::default(),
         };
-        let r = &mut registry;
+        let r = &mut m.registry;
         r.register("iofloor_tenant_iops", "I/O operations per second over the last interval", m.iops.clone());
         r.register("iofloor_tenant_bytes_per_second", "Bytes per second over the last interval", m.bytes.clone());
         r.register("iofloor_tenant_cost_ratio", "Share of the device's capacity used (cost model)", m.cost.clone());
         r.register("iofloor_tenant_latency_seconds", "Mean completion latency, where the backend reports it", m.latency.clone());
         r.register("iofloor_tenant_floor", "The tenant's floor, in the unit of the `unit` label", m.floor.clone());
-        r.register("iofloor_tenant_floor_met", "1 if the floor was met over the last interval (docs/metrics.md)", m.floor_met.clone());
+        r.register("iofloor_tenant_floor_met", "1 if the floor was met over the last interval (docs/config.md)", m.floor_met.clone());
         r.register("iofloor_tenant_cap_iops", "IOPS cap in force (absent when none)", m.cap_iops.clone());
         r.register("iofloor_tenant_cap_bytes_per_second", "Bandwidth cap in force (absent when none)", m.cap_bytes.clone());
         r.register("iofloor_tenant_throttled_seconds", "Seconds the tenant had a cap in force", m.throttled.clone());
@@ -140,7 +139,7 @@ impl Metrics {
         r.register("iofloor_interval_overruns", "Intervals that started late because the last one ran long", m.overruns.clone());
         r.register("iofloor_ticks", "Control intervals run", m.ticks.clone());
         r.register("iofloor_config_reloads", "Config reloads, by result", m.reloads.clone());
-        Metrics { registry, ..m }
+        m
     }
 
     pub fn encode(&self) -> String {

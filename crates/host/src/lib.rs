@@ -10,6 +10,7 @@ pub mod cgroup;
 pub mod diskstats;
 pub mod error;
 pub mod fio;
+pub mod guest;
 pub mod qmp;
 pub mod qmp_backend;
 pub mod rig;

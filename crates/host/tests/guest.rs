@@ -9,20 +9,15 @@
 
 use iofloor_core::policy::{self, PolicyContext, PolicyKind, PolicyParams};
 use iofloor_core::{Backend, Caps, Controller, CostModel, CostParams, Rate, TenantClass, TenantSpec};
-use iofloor_host::qmp::Qmp;
+use iofloor_host::guest::{Guest, DRIVE};
 use iofloor_host::qmp_backend::{QmpBackend, QmpTarget};
 use iofloor_host::HostError;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-fn guest_dir() -> PathBuf {
-    std::env::var_os("IOFLOOR_GUEST_DIR").map(PathBuf::from).unwrap_or_else(|| "/var/cache/iofloor/guest".into())
-}
+use std::time::Duration;
 
 fn real_environment() -> bool {
-    let dir = guest_dir();
+    let dir = iofloor_host::guest::image_dir();
     let ok = Command::new("qemu-system-x86_64").arg("--version").output().is_ok()
         && dir.join("vmlinuz").is_file()
         && dir.join("initramfs.gz").is_file();
@@ -33,77 +28,6 @@ fn real_environment() -> bool {
         eprintln!("skipped: needs qemu-system-x86_64 and {} (scripts/guest-image.sh)", dir.display());
     }
     ok
-}
-
-/// A running guest; killed (by its PID, through the Child we started) and
-/// reaped when dropped, also when an assertion fails.
-struct Guest {
-    child: Child,
-    console: PathBuf,
-    /// The monitor the backend under test uses.
-    qmp: PathBuf,
-    /// A second monitor for the test's own commands (a QMP socket serves one
-    /// client at a time).
-    control: PathBuf,
-}
-
-impl Guest {
-    fn boot(dir: &Path) -> Guest {
-        let disk = dir.join("disk.img");
-        std::fs::File::create(&disk).unwrap().set_len(64 << 20).unwrap();
-        let (console, qmp, control) = (dir.join("console.log"), dir.join("qmp.sock"), dir.join("control.sock"));
-        let image = guest_dir();
-        let child = Command::new("qemu-system-x86_64")
-            .args(["-accel", "tcg", "-m", "256", "-display", "none", "-no-reboot", "-nodefaults"])
-            .arg("-kernel")
-            .arg(image.join("vmlinuz"))
-            .arg("-initrd")
-            .arg(image.join("initramfs.gz"))
-            .args(["-append", "console=ttyS0 quiet panic=-1"])
-            .arg("-serial")
-            .arg(format!("file:{}", console.display()))
-            .arg("-qmp")
-            .arg(format!("unix:{},server=on,wait=off", qmp.display()))
-            .arg("-qmp")
-            .arg(format!("unix:{},server=on,wait=off", control.display()))
-            .arg("-drive")
-            .arg(format!("file={},if=none,id=drive0,format=raw,cache=none,aio=native", disk.display()))
-            .args(["-device", "virtio-blk-pci,drive=drive0,id=disk0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start qemu-system-x86_64");
-        let mut guest = Guest { child, console, qmp, control };
-        guest.wait_for_load();
-        guest
-    }
-
-    fn wait_for_load(&mut self) {
-        let started = Instant::now();
-        loop {
-            let text = std::fs::read_to_string(&self.console).unwrap_or_default();
-            if text.contains("iofloor-guest: load running") {
-                return;
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("QEMU exited ({status}) before the guest ran; console:\n{text}");
-            }
-            assert!(started.elapsed() < Duration::from_secs(120), "guest did not boot in 120 s; console:\n{text}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    fn command(&self, command: &str) {
-        Qmp::connect(&self.control, Duration::from_secs(5)).unwrap().execute(command, None).unwrap();
-    }
-}
-
-impl Drop for Guest {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// The guest's read IOPS over `secs`, from the backend's counters.
@@ -120,10 +44,12 @@ fn a_real_guest_is_measured_throttled_and_paused_through_qmp() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let guest = Guest::boot(dir.path());
+    let disk = dir.path().join("disk.img");
+    std::fs::File::create(&disk).unwrap().set_len(64 << 20).unwrap();
+    let guest = Guest::boot(dir.path(), &disk).unwrap();
     let vm = TenantSpec::new("guest", TenantClass::Vm).with_floor(Rate::Iops(100.0));
     let mut backend = QmpBackend::new(Duration::from_secs(2));
-    backend.add_tenant("guest", &guest.qmp, QmpTarget::Drive { id: "/machine/peripheral/disk0/virtio-backend".into() });
+    backend.add_tenant("guest", &guest.qmp, QmpTarget::Drive { id: DRIVE.into() });
 
     let uncapped = iops(&mut backend, &vm, 2.0);
     let c = backend.read_counters(&vm).unwrap();
@@ -143,7 +69,7 @@ fn a_real_guest_is_measured_throttled_and_paused_through_qmp() {
     assert!(capped <= 200.0 * 1.1 && capped >= 200.0 * 0.5, "guest held near 200 IOPS: {capped:.0}");
 
     // Paused: unavailable, not idle — and a controller carries on without it.
-    guest.command("stop");
+    guest.command("stop").unwrap();
     let err = backend.read_counters(&vm).unwrap_err();
     assert!(matches!(err, HostError::Unavailable(_)), "{err}");
     assert!(err.to_string().contains("paused"), "{err}");
@@ -163,7 +89,7 @@ fn a_real_guest_is_measured_throttled_and_paused_through_qmp() {
     assert!(report.errors.iter().any(|(name, e)| name == "guest" && e.contains("paused")), "{:?}", report.errors);
 
     // Resumed: measured again, on the same backend, without reconnecting by hand.
-    guest.command("cont");
+    guest.command("cont").unwrap();
     backend.apply_caps(&vm, &Caps::NONE).unwrap();
     let resumed = iops(&mut backend, &vm, 1.0);
     assert!(resumed > 500.0, "guest runs again: {resumed:.0} IOPS");

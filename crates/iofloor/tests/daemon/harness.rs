@@ -81,24 +81,44 @@ impl Cgroups {
     }
 }
 
+/// Every directory under `dir`, deepest first.
+fn dirs_deepest_first(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.path().is_dir() {
+            out.extend(dirs_deepest_first(&e.path()));
+        }
+    }
+    out.push(dir.to_path_buf());
+    out
+}
+
 impl Drop for Cgroups {
     fn drop(&mut self) {
         for c in &mut self.children {
             let _ = c.kill();
             let _ = c.wait();
         }
+        // fio forks a process per job, which outlives a killed parent: every
+        // process in these test cgroups was started by this test.
         let parent = Path::new(BLKIO).join(&self.parent);
-        for _ in 0..50 {
-            for e in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
-                if e.path().is_dir() {
-                    let _ = std::fs::remove_dir(e.path());
+        for _ in 0..100 {
+            let dirs = dirs_deepest_first(&parent);
+            for d in &dirs {
+                let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+                for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                    let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
                 }
             }
-            if std::fs::remove_dir(&parent).is_ok() || !parent.exists() {
+            for d in &dirs {
+                let _ = std::fs::remove_dir(d);
+            }
+            if !parent.exists() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+        eprintln!("could not remove {}", parent.display());
     }
 }
 
