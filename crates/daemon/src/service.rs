@@ -17,7 +17,7 @@ use crate::view::{AdmissionView, DeviceState, Point, Reload, SourceKind, Status,
 use iofloor_core::units::Rate;
 use iofloor_core::{admission, Caps, Controller, CostModel, DirUsage, PolicyContext, TenantSpec, Usage};
 use iofloor_host::qmp_backend::{HybridBackend, QmpBackend, QmpTarget};
-use iofloor_host::{CgroupBackend, DevId};
+use iofloor_host::{CgroupBackend, DevId, HostError};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -252,13 +252,18 @@ fn restore(tenant: &str, original: &Original, qmp: Option<&mut QmpBackend>) -> a
             if !socket.exists() {
                 return Ok(());
             }
-            match qmp {
-                Some(q) if q.has_tenant(tenant) => q.set_drive_throttle(tenant, limits)?,
+            let result = match qmp {
+                Some(q) if q.has_tenant(tenant) => q.set_drive_throttle(tenant, limits),
                 _ => {
                     let mut q = QmpBackend::new(QMP_TIMEOUT);
                     q.add_tenant(tenant, socket, QmpTarget::Drive { id: drive.clone() });
-                    q.set_drive_throttle(tenant, limits)?;
+                    q.set_drive_throttle(tenant, limits)
                 }
+            };
+            match result {
+                // A stale socket of a QEMU that is gone: its throttle went with it.
+                Err(HostError::Io { source, .. }) if source.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                other => other?,
             }
         }
     }
@@ -794,4 +799,53 @@ pub fn floor_met(spec: &TenantSpec, usage: Option<&UsageView>, contended: bool) 
     let floor = spec.floor?;
     let u = usage?;
     Some(u.in_unit_of(floor) >= 0.95 * floor.value() || !contended)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iofloor_core::TenantClass;
+
+    fn usage(iops: f64) -> UsageView {
+        UsageView {
+            read_iops: iops,
+            write_iops: 0.0,
+            read_bytes_per_sec: iops * 4096.0,
+            write_bytes_per_sec: 0.0,
+            iops,
+            bytes_per_sec: iops * 4096.0,
+            cost: iops / 1000.0,
+            latency_us: None,
+        }
+    }
+
+    #[test]
+    fn a_floor_is_met_by_use_or_by_spare_capacity() {
+        let spec = TenantSpec::new("t", TenantClass::Container).with_floor(Rate::Iops(100.0));
+        assert_eq!(floor_met(&spec, Some(&usage(96.0)), true), Some(true));
+        assert_eq!(floor_met(&spec, Some(&usage(90.0)), true), Some(false), "short on a contended device");
+        assert_eq!(floor_met(&spec, Some(&usage(10.0)), false), Some(true), "asked for less");
+        assert_eq!(floor_met(&spec, None, true), None);
+        assert_eq!(floor_met(&TenantSpec::new("u", TenantClass::Vm), Some(&usage(1.0)), true), None);
+        let bw = TenantSpec::new("b", TenantClass::Vm).with_floor(Rate::BytesPerSec(400_000.0));
+        assert_eq!(floor_met(&bw, Some(&usage(100.0)), true), Some(true), "409,600 B/s ≥ 95 % of 400,000");
+    }
+
+    #[test]
+    fn contention_needs_a_busy_device_and_a_queue_past_the_knee() {
+        let text = "[[device]]\nid = \"7:0\"\nmodel = { rbps = 1e9, rseqiops = 1e3, rrandiops = 1e3, wbps = 1e9, wseqiops = 1e3, wrandiops = 1e3 }\n";
+        let mut config = Config::parse(text, Path::new("/x.toml")).unwrap();
+        let state = |u: f64, q: f64| DeviceState {
+            device: "7:0".into(),
+            path: String::new(),
+            utilisation: Some(u),
+            avg_queue: Some(q),
+            capacity_estimate: None,
+        };
+        assert!(contended(&config, &state(0.95, 1.0)), "no knee: busy is contended");
+        assert!(!contended(&config, &state(0.5, 30.0)));
+        config.params.floor.queue_knee = Some(4.0);
+        assert!(!contended(&config, &state(1.0, 2.0)), "busy but short queue");
+        assert!(contended(&config, &state(1.0, 8.0)));
+    }
 }
