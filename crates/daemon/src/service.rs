@@ -393,8 +393,11 @@ impl Service {
                 warn!("state file: {e}");
             }
         }
-        let view = self.shared.view.lock().unwrap().tenants.remove(name);
-        self.shared.view.lock().unwrap().history.remove(name);
+        let view = {
+            let mut view = self.shared.view.lock().unwrap();
+            view.history.remove(name);
+            view.tenants.remove(name)
+        };
         if let Some(v) = view {
             self.shared.metrics.forget_tenant(&v);
         }
@@ -412,8 +415,9 @@ impl Service {
             FoundKind::Cgroup(rel) => match d.backend.cgroups.controller().caps(rel) {
                 Ok(caps) => Original::Cgroup { root: self.cgroup_root.clone(), cgroup: rel.clone(), device: d.config.id, caps },
                 Err(e) => {
-                    // Gone between discovery and now: found again next interval if it comes back.
-                    warn!(tenant = %found.name, "cannot adopt: {e}");
+                    // Gone between discovery and now, or its limits unreadable:
+                    // never written to; found again next interval.
+                    self.log_error(&found.name, &format!("cannot adopt: {e}"));
                     return;
                 }
             },
@@ -438,6 +442,7 @@ impl Service {
             d.backend.cgroups.add_tenant(&found.name, rel.clone());
         }
         d.controller.add_tenant(spec.clone());
+        self.failed_adoptions.remove(&found.name);
         info!(tenant = %found.name, path = %found.path(&self.cgroup_root).display(), "adopted");
         self.tenants.insert(
             found.name.clone(),

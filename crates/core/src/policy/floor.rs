@@ -133,6 +133,8 @@ const MIN_CAP: f64 = 0.001;
 
 /// Per-interval recovery of the capacity estimate towards the cost model's:
 /// slow, because every probe past the real capacity queues the neighbours.
+/// Use/cap ratio from which a tenant counts as held at its cap.
+const HELD_AT_CAP: f64 = 0.98;
 const CAPACITY_RECOVERY: f64 = 1.003;
 
 pub struct FloorPolicy {
@@ -246,9 +248,20 @@ impl Policy for FloorPolicy {
             (Some(knee), Some(dev)) => Some(dev.avg_queue > knee),
             _ => None,
         };
+        // A queue past the knee says the device is saturated, but the total
+        // measures its capacity only if something other than our own caps held
+        // the tenants back: when every active tenant ran at its cap (a deep-queue
+        // tenant capped below the rest), learning from the total would ratchet
+        // the estimate down by the target utilisation every interval.
+        let device_bound = usage
+            .iter()
+            .zip(&prev)
+            .any(|(&u, st)| u > 0.0 && st.cap.is_none_or(|cap| u < HELD_AT_CAP * cap));
         self.capacity_est = match queue_overloaded {
             // Saturated below the model's capacity: the device does less than modelled.
-            Some(true) if total > 0.0 && total < self.capacity_est => total.max(floors_need.min(self.ctx.capacity)),
+            Some(true) if device_bound && total > 0.0 && total < self.capacity_est => {
+                total.max(floors_need.min(self.ctx.capacity))
+            }
             Some(false) => (self.capacity_est * CAPACITY_RECOVERY).min(self.ctx.capacity),
             _ => self.capacity_est,
         };
