@@ -158,6 +158,10 @@ struct Priced {
     weight: f64,
     class: TenantClass,
     pressing: bool,
+    /// A latency-sensitive container wanting its fast path back.
+    fast_path: bool,
+    /// Below its floor and held back by the device.
+    starved: bool,
 }
 
 impl FloorPolicy {
@@ -337,6 +341,8 @@ impl Policy for FloorPolicy {
                     weight: t.spec.weight.max(1e-9),
                     class: t.spec.class,
                     pressing,
+                    fast_path,
+                    starved,
                 }
             })
             .collect();
@@ -373,6 +379,7 @@ impl Policy for FloorPolicy {
             .map(|(&a, t)| a.min(t.floor.min(t.demand)))
             .collect();
 
+        let any_starved = priced.iter().any(|t| t.starved);
         let caps: Vec<Option<f64>> = (0..n)
             .map(|i| {
                 let t = &priced[i];
@@ -395,7 +402,12 @@ impl Policy for FloorPolicy {
                         None => t.ceiling.is_finite().then_some(t.ceiling),
                     };
                 }
-                limited(grow(alloc[i]).max(entitlement[i] * ENFORCEMENT_MARGIN))
+                // Nobody is short of a floor: a fast-path container may use all
+                // the others leave, not only the target's share of it; holding
+                // its deep queue back would help no one and waste the device.
+                let others: f64 = usage.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, u)| u).sum();
+                let share = if t.fast_path && !any_starved { alloc[i].max(capacity - others) } else { alloc[i] };
+                limited(grow(share).max(entitlement[i] * ENFORCEMENT_MARGIN))
             })
             .collect();
 
