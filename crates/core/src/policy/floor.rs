@@ -405,8 +405,7 @@ impl Policy for FloorPolicy {
                 // Nobody is short of a floor: a fast-path container may use all
                 // the others leave, not only the target's share of it; holding
                 // its deep queue back would help no one and waste the device.
-                let others: f64 = usage.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, u)| u).sum();
-                let share = if t.fast_path && !any_starved { alloc[i].max(capacity - others) } else { alloc[i] };
+                let share = if t.fast_path && !any_starved { alloc[i].max(capacity - (total - usage[i])) } else { alloc[i] };
                 limited(grow(share).max(entitlement[i] * ENFORCEMENT_MARGIN))
             })
             .collect();
