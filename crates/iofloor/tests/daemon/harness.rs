@@ -122,6 +122,33 @@ impl Drop for Cgroups {
     }
 }
 
+/// A loop device over a new sparse file; detached and the file removed when
+/// dropped (dropping it mid-test is how a test removes a device).
+pub struct LoopDevice {
+    pub device: String,
+    backing: PathBuf,
+}
+
+impl LoopDevice {
+    pub fn new(backing: &Path, size: u64) -> LoopDevice {
+        std::fs::File::create(backing).unwrap().set_len(size).unwrap();
+        let out = Command::new("losetup").args(["-f", "--show"]).arg(backing).output().unwrap();
+        let device = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let made = LoopDevice { device, backing: backing.to_path_buf() };
+        assert!(made.device.starts_with("/dev/loop"), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+        made
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        if self.device.starts_with("/dev/loop") {
+            let _ = Command::new("losetup").args(["-d", &self.device]).status();
+        }
+        let _ = std::fs::remove_file(&self.backing);
+    }
+}
+
 /// `iofloor run` on a config written into a temporary directory.
 pub struct Daemon {
     child: Option<Child>,

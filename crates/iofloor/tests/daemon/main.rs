@@ -421,18 +421,8 @@ fn faults_stay_with_one_tenant_and_the_daemon_carries_on() {
     let rig = TestRig::up(1000);
     // A second device that will be removed: a loop device over a file.
     let scratch = tempfile::tempdir().unwrap();
-    let backing = scratch.path().join("second.img");
-    std::fs::File::create(&backing).unwrap().set_len(64 << 20).unwrap();
-    let out = std::process::Command::new("losetup").args(["-f", "--show"]).arg(&backing).output().unwrap();
-    let second = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(second.starts_with("/dev/loop"), "losetup: {}", String::from_utf8_lossy(&out.stderr));
-    struct Detach(String);
-    impl Drop for Detach {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("losetup").args(["-d", &self.0]).status();
-        }
-    }
-    let detach = Detach(second.clone());
+    let second_device = harness::LoopDevice::new(&scratch.path().join("second.img"), 64 << 20);
+    let second = second_device.device.clone();
 
     // A QEMU monitor that answers garbage.
     let qmp = scratch.path().join("vm.qmp");
@@ -490,7 +480,7 @@ model = {{ rbps = 1e9, rseqiops = 5000, rrandiops = 5000, wbps = 1e9, wseqiops =
     std::fs::remove_dir(cg.path("flaky")).unwrap();
     std::fs::create_dir(cg.path("flaky")).unwrap();
     // The second device goes away.
-    drop(detach);
+    drop(second_device);
     std::thread::sleep(Duration::from_secs(4));
     // A cgroup removed for good.
     std::fs::remove_dir(cg.path("other-dev")).unwrap();
@@ -568,21 +558,9 @@ fn overhead_of_the_daemon_with_100_tenants() {
         return;
     }
     let backing = std::path::PathBuf::from(format!("/dev/shm/iofloor-overhead-{}.img", std::process::id()));
-    std::fs::File::create(&backing).unwrap().set_len(256 << 20).unwrap();
-    struct Cleanup(String, std::path::PathBuf);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            if !self.0.is_empty() {
-                let _ = std::process::Command::new("losetup").args(["-d", &self.0]).status();
-            }
-            let _ = std::fs::remove_file(&self.1);
-        }
-    }
-    let mut cleanup = Cleanup(String::new(), backing.clone());
-    let out = std::process::Command::new("losetup").args(["-f", "--show"]).arg(&backing).output().unwrap();
-    let device = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(device.starts_with("/dev/loop"));
-    cleanup.0 = device.clone();
+    // tmpfs, so the device is CPU-bound: any CPU the daemon takes would show.
+    let loop_device = harness::LoopDevice::new(&backing, 256 << 20);
+    let device = loop_device.device.clone();
 
     let names: Vec<String> = (0..100).map(|i| format!("t{i:03}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -731,18 +709,8 @@ fn the_daemon_drives_a_recorded_cgroup_v2_tree() {
     }
     // A real device for diskstats and presence; the tree is rewritten to name it.
     let scratch = tempfile::tempdir().unwrap();
-    let backing = scratch.path().join("v2.img");
-    std::fs::File::create(&backing).unwrap().set_len(16 << 20).unwrap();
-    let out = std::process::Command::new("losetup").args(["-f", "--show"]).arg(&backing).output().unwrap();
-    let device = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    struct Detach(String);
-    impl Drop for Detach {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("losetup").args(["-d", &self.0]).status();
-        }
-    }
-    let _detach = Detach(device.clone());
-    let dev = iofloor_host::DevId::of_block_device(std::path::Path::new(&device)).unwrap().to_string();
+    let device = harness::LoopDevice::new(&scratch.path().join("v2.img"), 16 << 20);
+    let dev = iofloor_host::DevId::of_block_device(std::path::Path::new(&device.device)).unwrap().to_string();
 
     let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/tests/fixtures/v2");
     let root = scratch.path().join("cgroup");
