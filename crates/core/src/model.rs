@@ -57,6 +57,36 @@ impl TenantSpec {
         self.ceiling = Some(ceiling);
         self
     }
+
+    /// Checks the promise makes sense: positive rates, a ceiling not below
+    /// the floor (when in the same unit), a weight in (0, 10000] as for
+    /// cgroup v2 `io.weight`. The message names the key.
+    pub fn check_promise(&self) -> Result<(), String> {
+        check_promise(self.floor, self.ceiling, Some(self.weight))
+    }
+}
+
+/// [`TenantSpec::check_promise`] on parts, for files and API bodies that
+/// give only some of them.
+pub fn check_promise(floor: Option<Rate>, ceiling: Option<Rate>, weight: Option<f64>) -> Result<(), String> {
+    if let Some(w) = weight {
+        if !(w > 0.0 && w <= 10000.0) {
+            return Err(format!("`weight` must be in (0, 10000], got {w}"));
+        }
+    }
+    for (key, rate) in [("floor", floor), ("ceiling", ceiling)] {
+        if let Some(r) = rate {
+            if !(r.value() > 0.0 && r.value().is_finite()) {
+                return Err(format!("`{key}` must be positive, got {r}"));
+            }
+        }
+    }
+    if let (Some(f), Some(c)) = (floor, ceiling) {
+        if f.unit() == c.unit() && c.value() < f.value() {
+            return Err(format!("`ceiling` {c} is below `floor` {f}"));
+        }
+    }
+    Ok(())
 }
 
 /// Read or write: the kernel throttles and counts them separately.

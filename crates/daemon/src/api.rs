@@ -20,7 +20,7 @@ use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 const DASHBOARD: &str = include_str!("../assets/dashboard.html");
@@ -32,7 +32,7 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct ApiState {
     pub shared: Arc<Shared>,
-    pub commands: Arc<Mutex<Sender<Command>>>,
+    pub commands: Sender<Command>,
     /// Requests over the unix socket may change state without a token.
     pub via_unix: bool,
 }
@@ -142,20 +142,16 @@ pub fn parse_patch(body: &[u8]) -> Result<Patch, String> {
     }
     let weight = match map.get("weight") {
         None => None,
-        Some(Value::Number(n)) => match n.as_f64() {
-            Some(w) if w > 0.0 && w <= 10000.0 => Some(w),
-            _ => return Err(format!("`weight` must be in (0, 10000], got {n}")),
-        },
+        Some(Value::Number(n)) => Some(n.as_f64().unwrap_or(f64::NAN)),
         Some(other) => return Err(format!("`weight` must be a number, got {other}")),
     };
+    iofloor_core::model::check_promise(None, None, weight)?;
     Ok(Patch { floor: rate_field(&map, "floor")?, ceiling: rate_field(&map, "ceiling")?, weight })
 }
 
 async fn send<T>(s: &ApiState, make: impl FnOnce(tokio::sync::oneshot::Sender<T>) -> Command) -> Result<T, Response> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     s.commands
-        .lock()
-        .unwrap()
         .send(make(tx))
         .map_err(|_| error(StatusCode::SERVICE_UNAVAILABLE, "the controller is shutting down"))?;
     match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {

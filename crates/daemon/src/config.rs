@@ -353,11 +353,8 @@ impl Config {
                 None => return Err(err(line, format!("{here}: `device` is needed when there are several devices"))),
             };
             let weight = t.weight.unwrap_or(iofloor_core::model::DEFAULT_WEIGHT);
-            if !(weight > 0.0 && weight <= 10000.0) {
-                return Err(err(line, format!("{here} `weight`: must be in (0, 10000], got {weight}")));
-            }
             let (floor, ceiling) = (t.floor.map(|f| f.0), t.ceiling.map(|c| c.0));
-            check_rates(floor, ceiling).map_err(|m| err(line, format!("{here}: {m}")))?;
+            iofloor_core::model::check_promise(floor, ceiling, Some(weight)).map_err(|m| err(line, format!("{here}: {m}")))?;
             tenants.push(TenantConfig {
                 name: t.name,
                 source,
@@ -382,23 +379,6 @@ impl Config {
             tenants,
         })
     }
-}
-
-/// A floor and ceiling that make sense together (also for API changes).
-pub fn check_rates(floor: Option<Rate>, ceiling: Option<Rate>) -> Result<(), String> {
-    for (key, r) in [("floor", floor), ("ceiling", ceiling)] {
-        if let Some(r) = r {
-            if !(r.value() > 0.0 && r.value().is_finite()) {
-                return Err(format!("`{key}` must be positive, got {r}"));
-            }
-        }
-    }
-    if let (Some(f), Some(c)) = (floor, ceiling) {
-        if f.unit() == c.unit() && c.value() < f.value() {
-            return Err(format!("`ceiling` {c} is below `floor` {f}"));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

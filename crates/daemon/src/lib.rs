@@ -66,7 +66,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
     let (tx, rx) = std::sync::mpsc::channel();
     let control = std::thread::Builder::new().name("iofloor-control".into()).spawn(move || service.run(rx))?;
-    let commands = Arc::new(Mutex::new(tx));
+    let commands = tx;
 
     if let Some(listener) = tcp {
         info!("API and dashboard on http://{}", listener.local_addr()?);
@@ -84,11 +84,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             _ = int.recv() => { info!("SIGINT: restoring limits and stopping"); break; }
             _ = hup.recv() => {
                 info!("SIGHUP: reloading the config");
-                let _ = commands.lock().unwrap().send(Command::Reload { reply: None });
+                let _ = commands.send(Command::Reload { reply: None });
             }
         }
     }
-    let _ = commands.lock().unwrap().send(Command::Shutdown);
+    let _ = commands.send(Command::Shutdown);
     let result = tokio::task::spawn_blocking(move || control.join()).await?;
     if let Some(p) = unix_path {
         let _ = std::fs::remove_file(p);

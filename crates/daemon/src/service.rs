@@ -9,7 +9,7 @@
 //! unavailable for the interval and is logged once (again only when the
 //! message changes, and once more when it recovers); the others carry on.
 
-use crate::config::{check_rates, Config, DeviceConfig, ModelSource, TenantConfig};
+use crate::config::{Config, DeviceConfig, ModelSource, TenantConfig};
 use crate::discovery::{discover, Found, FoundKind};
 use crate::metrics::Metrics;
 use crate::ownership::{Entry, Original, Ownership};
@@ -671,12 +671,7 @@ impl Service {
         let t = self.tenants.get(name).ok_or_else(|| PatchError::NotFound(format!("no tenant `{name}`")))?;
         let mut spec = (*t.spec).clone();
         apply_patch(&mut spec, &patch);
-        check_rates(spec.floor, spec.ceiling).map_err(PatchError::Invalid)?;
-        if let Some(w) = patch.weight {
-            if !(w > 0.0 && w <= 10000.0) {
-                return Err(PatchError::Invalid(format!("`weight` must be in (0, 10000], got {w}")));
-            }
-        }
+        spec.check_promise().map_err(PatchError::Invalid)?;
         let raises_floor = match (t.spec.floor, spec.floor) {
             (_, None) => false,
             (None, Some(_)) => true,

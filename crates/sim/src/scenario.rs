@@ -430,16 +430,8 @@ impl ScenarioFile {
             if !names.insert(t.name.clone()) {
                 return Err(format!("{at}: tenant name used twice"));
             }
-            if let Some(w) = t.weight {
-                if !(w > 0.0 && w <= 10000.0) {
-                    return Err(format!("{at}: `weight` must be in (0, 10000], got {w}"));
-                }
-            }
-            if let (Some(f), Some(c)) = (t.floor, t.ceiling) {
-                if f.0.unit() == c.0.unit() && c.0.value() < f.0.value() {
-                    return Err(format!("{at}: `ceiling` {} is below `floor` {}", c.0, f.0));
-                }
-            }
+            iofloor_core::model::check_promise(t.floor.map(|f| f.0), t.ceiling.map(|c| c.0), t.weight)
+                .map_err(|m| format!("{at}: {m}"))?;
             if t.jobs.is_empty() {
                 return Err(format!("{at}: needs at least one [[tenant.job]]"));
             }
