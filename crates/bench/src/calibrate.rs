@@ -56,7 +56,10 @@ impl Calibration {
             self.held_out.iter().map(|h| format!("{} {:+.1}%", h.name, h.error * 100.0)).collect::<Vec<_>>().join(", "),
             p.rbps, p.rseqiops, p.rrandiops, p.wbps, p.wseqiops, p.wrandiops, self.queue_knee
         );
-        s.push_str(&format!("# safety scale applied: {:.3}\n", self.safety_scale));
+        s.push_str(&format!(
+            "# safety scale applied: {:.3}\n",
+            self.safety_scale
+        ));
         s
     }
 }
@@ -70,7 +73,13 @@ struct Runner<'a> {
 
 impl Runner<'_> {
     /// Runs one fio measurement; returns (IOPS, mean completion latency µs).
-    fn measure(&mut self, rw: &str, bs: u64, iodepth: u32, rwmixread: Option<u8>) -> Result<(f64, f64)> {
+    fn measure(
+        &mut self,
+        rw: &str,
+        bs: u64,
+        iodepth: u32,
+        rwmixread: Option<u8>,
+    ) -> Result<(f64, f64)> {
         self.n += 1;
         let mut job = FioJob::new(
             format!("cal{}", self.n),
@@ -86,12 +95,21 @@ impl Runner<'_> {
         // Devices (and QEMU's throttle) grant a burst at start: not counted.
         job.ramp_s = Some(1.0);
         let out = job.run()?;
-        let j = out.jobs.first().ok_or_else(|| BenchError::Failed("fio reported no job".into()))?;
+        let j = out
+            .jobs
+            .first()
+            .ok_or_else(|| BenchError::Failed("fio reported no job".into()))?;
         let iops = j.read.iops + j.write.iops;
         let ios = (j.read.total_ios + j.write.total_ios).max(1) as f64;
-        let lat = (j.read.clat_ns.mean * j.read.total_ios as f64 + j.write.clat_ns.mean * j.write.total_ios as f64) / ios / 1e3;
+        let lat = (j.read.clat_ns.mean * j.read.total_ios as f64
+            + j.write.clat_ns.mean * j.write.total_ios as f64)
+            / ios
+            / 1e3;
         if iops <= 0.0 {
-            return Err(BenchError::Failed(format!("fio did no I/O on {} ({rw} {bs})", self.device.display())));
+            return Err(BenchError::Failed(format!(
+                "fio did no I/O on {} ({rw} {bs})",
+                self.device.display()
+            )));
         }
         Ok((iops, lat))
     }
@@ -100,7 +118,9 @@ impl Runner<'_> {
 /// Least-squares fit of y = a + b·x.
 fn fit_line(points: &[(f64, f64)]) -> (f64, f64) {
     let n = points.len() as f64;
-    let (sx, sy) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
     let (mx, my) = (sx / n, sy / n);
     let sxx: f64 = points.iter().map(|(x, _)| (x - mx).powi(2)).sum();
     let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
@@ -119,9 +139,20 @@ fn to_params(base: f64, per_byte: f64) -> (f64, f64) {
     (1.0 / per_byte, 1.0 / (base + 4096.0 * per_byte))
 }
 
-pub fn calibrate(device: &Path, work: &Path, secs: f64, progress: &dyn Fn(&str)) -> Result<Calibration> {
-    std::fs::create_dir_all(work).map_err(|e| BenchError::Failed(format!("{}: {e}", work.display())))?;
-    let mut r = Runner { device, work, secs, n: 0 };
+pub fn calibrate(
+    device: &Path,
+    work: &Path,
+    secs: f64,
+    progress: &dyn Fn(&str),
+) -> Result<Calibration> {
+    std::fs::create_dir_all(work)
+        .map_err(|e| BenchError::Failed(format!("{}: {e}", work.display())))?;
+    let mut r = Runner {
+        device,
+        work,
+        secs,
+        n: 0,
+    };
 
     progress("queue knee (4 KiB random reads, QD 1..64)");
     let (_, qd1_lat) = r.measure("randread", 4096, 1, None)?;
@@ -157,7 +188,8 @@ pub fn calibrate(device: &Path, work: &Path, secs: f64, progress: &dyn Fn(&str))
         wseqiops: dir_params[1].1,
         wrandiops: dir_params[1].2,
     };
-    let model = CostModel::new(params).map_err(|e| BenchError::Failed(format!("fitted model: {e}")))?;
+    let model =
+        CostModel::new(params).map_err(|e| BenchError::Failed(format!("fitted model: {e}")))?;
 
     progress("held-out mixes");
     let mut held_out = Vec::new();
@@ -173,16 +205,32 @@ pub fn calibrate(device: &Path, work: &Path, secs: f64, progress: &dyn Fn(&str))
             _ => mix.unwrap_or(50) as f64 / 100.0,
         };
         let one = Usage {
-            read: DirUsage { ios: read_share, bytes: read_share * bs as f64, seq_ios: 0.0 },
-            write: DirUsage { ios: 1.0 - read_share, bytes: (1.0 - read_share) * bs as f64, seq_ios: 0.0 },
+            read: DirUsage {
+                ios: read_share,
+                bytes: read_share * bs as f64,
+                seq_ios: 0.0,
+            },
+            write: DirUsage {
+                ios: 1.0 - read_share,
+                bytes: (1.0 - read_share) * bs as f64,
+                seq_ios: 0.0,
+            },
             latency_us: None,
         };
         let predicted = 1.0 / model.cost_rate(&one);
-        held_out.push(HeldOut { name: name.into(), measured_iops: iops, predicted_iops: predicted, error: (iops - predicted) / predicted });
+        held_out.push(HeldOut {
+            name: name.into(),
+            measured_iops: iops,
+            predicted_iops: predicted,
+            error: (iops - predicted) / predicted,
+        });
     }
     // Err on the safe side: if any held-out mix did less than predicted, the
     // device is slower than the model there; scale the model down to match.
-    let safety_scale = held_out.iter().map(|h| (1.0 + h.error).min(1.0)).fold(1.0, f64::min);
+    let safety_scale = held_out
+        .iter()
+        .map(|h| (1.0 + h.error).min(1.0))
+        .fold(1.0, f64::min);
     let params = CostParams {
         rbps: params.rbps * safety_scale,
         rseqiops: params.rseqiops * safety_scale,
@@ -191,7 +239,14 @@ pub fn calibrate(device: &Path, work: &Path, secs: f64, progress: &dyn Fn(&str))
         wseqiops: params.wseqiops * safety_scale,
         wrandiops: params.wrandiops * safety_scale,
     };
-    Ok(Calibration { device: device.to_path_buf(), params, queue_knee: knee, qd1_latency_us: qd1_lat, held_out, safety_scale })
+    Ok(Calibration {
+        device: device.to_path_buf(),
+        params,
+        queue_knee: knee,
+        qd1_latency_us: qd1_lat,
+        held_out,
+        safety_scale,
+    })
 }
 
 /// A model file written by [`Calibration::to_toml`].
@@ -219,11 +274,17 @@ pub struct ModelFileFloor {
 impl ModelFile {
     /// Reads and validates a model file; errors name the file and line.
     pub fn load(path: &Path) -> Result<(CostModel, Option<f64>)> {
-        let text = std::fs::read_to_string(path).map_err(|e| BenchError::Invalid(format!("{}: {e}", path.display())))?;
-        let f: ModelFile = toml::from_str(&text).map_err(|e| BenchError::Invalid(format!("{}: {e}", path.display())))?;
-        let model = CostModel::new(f.model).map_err(|e| BenchError::Invalid(format!("{}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| BenchError::Invalid(format!("{}: {e}", path.display())))?;
+        let f: ModelFile = toml::from_str(&text)
+            .map_err(|e| BenchError::Invalid(format!("{}: {e}", path.display())))?;
+        let model = CostModel::new(f.model)
+            .map_err(|e| BenchError::Invalid(format!("{}: {e}", path.display())))?;
         if let Some(k) = f.policy.floor.queue_knee.filter(|k| !(*k > 0.0)) {
-            return Err(BenchError::Invalid(format!("{}: queue_knee must be positive, got {k}", path.display())));
+            return Err(BenchError::Invalid(format!(
+                "{}: queue_knee must be positive, got {k}",
+                path.display()
+            )));
         }
         Ok((model, f.policy.floor.queue_knee))
     }

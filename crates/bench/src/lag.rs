@@ -32,7 +32,11 @@ pub struct LagResult {
 const SAMPLE: Duration = Duration::from_millis(10);
 const WINDOW: usize = 10; // samples: 100 ms
 
-fn sample_series(io: &dyn cgroup::IoController, cg: &Path, n: usize) -> Result<Vec<(Instant, u64)>> {
+fn sample_series(
+    io: &dyn cgroup::IoController,
+    cg: &Path,
+    n: usize,
+) -> Result<Vec<(Instant, u64)>> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         let c = io.read(cg)?;
@@ -46,9 +50,16 @@ fn rate(a: (Instant, u64), b: (Instant, u64)) -> f64 {
     (b.1 - a.1) as f64 / (b.0 - a.0).as_secs_f64().max(1e-6)
 }
 
-pub fn enforcement_lag(device: &Path, cgroup_root: &Path, cap_iops: f64, trials: u32, work: &Path) -> Result<LagResult> {
+pub fn enforcement_lag(
+    device: &Path,
+    cgroup_root: &Path,
+    cap_iops: f64,
+    trials: u32,
+    work: &Path,
+) -> Result<LagResult> {
     let dev = DevId::of_block_device(device).map_err(|e| BenchError::Invalid(e.to_string()))?;
-    let io = cgroup::controller(cgroup_root, dev).map_err(|e| BenchError::Invalid(e.to_string()))?;
+    let io =
+        cgroup::controller(cgroup_root, dev).map_err(|e| BenchError::Invalid(e.to_string()))?;
     let mut results = Vec::new();
     for t in 0..trials {
         let cg = std::path::PathBuf::from(format!("iofloor-lag-{}-{t}", std::process::id()));
@@ -66,7 +77,15 @@ pub fn enforcement_lag(device: &Path, cgroup_root: &Path, cap_iops: f64, trials:
                 let _ = cgroup::remove_when_empty(self.0, &self.1, Duration::from_secs(10));
             }
         }
-        let job = FioJob::new(format!("lag{t}"), device, "randread", 4096, 8, 30.0, work.join(format!("lag{t}.json")));
+        let job = FioJob::new(
+            format!("lag{t}"),
+            device,
+            "randread",
+            4096,
+            8,
+            30.0,
+            work.join(format!("lag{t}.json")),
+        );
         let child = job.spawn_in(&cgroup_root.join(&cg).join("cgroup.procs"))?;
         let guard = Cleanup(cgroup_root, cg.clone(), Some(child));
         std::thread::sleep(Duration::from_millis(1500));
@@ -79,7 +98,13 @@ pub fn enforcement_lag(device: &Path, cgroup_root: &Path, cap_iops: f64, trials:
             )));
         }
         let written = Instant::now();
-        io.set_caps(&cg, &Caps { read_iops: Some(cap_iops), ..Caps::NONE })?;
+        io.set_caps(
+            &cg,
+            &Caps {
+                read_iops: Some(cap_iops),
+                ..Caps::NONE
+            },
+        )?;
         let after = sample_series(io.as_ref(), &cg, 150)?;
         let lag_s = (0..after.len().saturating_sub(WINDOW))
             .find(|&i| rate(after[i], after[i + WINDOW]) <= cap_iops * 1.2)
@@ -89,12 +114,21 @@ pub fn enforcement_lag(device: &Path, cgroup_root: &Path, cap_iops: f64, trials:
         let iops_after = rate(tail[0], tail[tail.len() - 1]);
         io.set_caps(&cg, &Caps::NONE)?;
         drop(guard);
-        results.push(LagTrial { iops_before, iops_after, lag_s });
+        results.push(LagTrial {
+            iops_before,
+            iops_after,
+            lag_s,
+        });
         // Let the device drain before the next trial.
         std::thread::sleep(Duration::from_secs(1));
     }
     let mut lags: Vec<f64> = results.iter().filter_map(|r| r.lag_s).collect();
     lags.sort_by(f64::total_cmp);
-    let median_lag_s = (lags.len() == results.len() && !lags.is_empty()).then(|| lags[lags.len() / 2]);
-    Ok(LagResult { cap_iops, trials: results, median_lag_s })
+    let median_lag_s =
+        (lags.len() == results.len() && !lags.is_empty()).then(|| lags[lags.len() / 2]);
+    Ok(LagResult {
+        cap_iops,
+        trials: results,
+        median_lag_s,
+    })
 }

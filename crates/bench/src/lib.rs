@@ -18,14 +18,16 @@ use iofloor_core::control::Controller;
 use iofloor_core::cost::CostModel;
 use iofloor_core::policy::{self, PolicyContext, PolicyKind};
 use iofloor_core::units::{Rate, RateUnit};
+use iofloor_core::Backend;
 use iofloor_core::{Counters, DirUsage, Usage};
 use iofloor_host::cgroup::{self, DevId};
 use iofloor_host::diskstats::{DiskStat, DiskStats};
 use iofloor_host::fio::{self, FioJob};
-use iofloor_core::Backend;
 use iofloor_host::qmp_backend::{HybridBackend, QmpBackend, QmpTarget};
 use iofloor_host::CgroupBackend;
-use iofloor_report::record::{DeviceWindow, LatencySummary, RunRecord, TenantInfo, TenantWindow, Throughput, Window};
+use iofloor_report::record::{
+    DeviceWindow, LatencySummary, RunRecord, TenantInfo, TenantWindow, Throughput, Window,
+};
 use iofloor_sim::scenario::{Job, Scenario};
 use session::Session;
 use std::path::{Path, PathBuf};
@@ -69,16 +71,28 @@ pub struct BenchOptions {
 /// Checks what a run needs and says clearly what is missing.
 pub fn preflight(scenario: &Scenario, opts: &BenchOptions) -> Result<DevId> {
     if !rustix::process::geteuid().is_root() {
-        return Err(BenchError::Invalid("iofloor bench needs root (it creates cgroups and sets throttles)".into()));
+        return Err(BenchError::Invalid(
+            "iofloor bench needs root (it creates cgroups and sets throttles)".into(),
+        ));
     }
-    let dev = DevId::of_block_device(&opts.device).map_err(|e| BenchError::Invalid(e.to_string()))?;
+    let dev =
+        DevId::of_block_device(&opts.device).map_err(|e| BenchError::Invalid(e.to_string()))?;
     cgroup::detect(&opts.cgroup_root).map_err(|e| BenchError::Invalid(e.to_string()))?;
     fio::check_version().map_err(|e| BenchError::Invalid(e.to_string()))?;
     let model = opts.model.unwrap_or(scenario.policy_model);
-    let mixes: Vec<_> = scenario.tenants.iter().map(|t| (&t.spec, scenario.expected_mix(t))).collect();
-    let verdict = iofloor_core::admission::check(&model, scenario.policy.floor.target_utilisation, &mixes);
+    let mixes: Vec<_> = scenario
+        .tenants
+        .iter()
+        .map(|t| (&t.spec, scenario.expected_mix(t)))
+        .collect();
+    let verdict =
+        iofloor_core::admission::check(&model, scenario.policy.floor.target_utilisation, &mixes);
     if !verdict.admitted {
-        return Err(BenchError::Invalid(format!("{}: admission control: {}", scenario.name, verdict.summary())));
+        return Err(BenchError::Invalid(format!(
+            "{}: admission control: {}",
+            scenario.name,
+            verdict.summary()
+        )));
     }
     Ok(dev)
 }
@@ -87,7 +101,8 @@ pub fn preflight(scenario: &Scenario, opts: &BenchOptions) -> Result<DevId> {
 pub fn planned_time(scenario: &Scenario, opts: &BenchOptions) -> Duration {
     let runs = policies_with_reference(&opts.policies).len() as u32;
     let alone = scenario.tenants.len() as u32;
-    (scenario.duration + opts.settle) * runs + (opts.alone.min(scenario.duration) + opts.settle) * alone
+    (scenario.duration + opts.settle) * runs
+        + (opts.alone.min(scenario.duration) + opts.settle) * alone
 }
 
 fn policies_with_reference(policies: &[PolicyKind]) -> Vec<PolicyKind> {
@@ -109,7 +124,8 @@ pub fn run(
     stop: &AtomicBool,
     progress: &dyn Fn(f64, &str),
 ) -> Result<Vec<RunRecord>> {
-    std::fs::create_dir_all(&opts.work_dir).map_err(|e| BenchError::Failed(format!("{}: {e}", opts.work_dir.display())))?;
+    std::fs::create_dir_all(&opts.work_dir)
+        .map_err(|e| BenchError::Failed(format!("{}: {e}", opts.work_dir.display())))?;
     let model = opts.model.unwrap_or(scenario.policy_model);
     let total = planned_time(scenario, opts).as_secs_f64().max(1.0);
     let mut elapsed = 0.0;
@@ -124,7 +140,9 @@ pub fn run(
         sc.duration = opts.alone.min(scenario.duration);
         sc.warmup = Duration::from_secs(1).min(sc.duration / 4);
         let label = format!("{} alone", t.spec.name);
-        let rec = run_one(&sc, None, dev, opts, model, stop, &|f| progress((elapsed + f * sc.duration.as_secs_f64()) / total, &label))?;
+        let rec = run_one(&sc, None, dev, opts, model, stop, &|f| {
+            progress((elapsed + f * sc.duration.as_secs_f64()) / total, &label)
+        })?;
         alone_p99[i] = Some(rec.latency[0].p99_ms);
         if sc.duration >= scenario.duration {
             alone_windows[i] = rec.windows.iter().map(|w| w.tenants[0].clone()).collect();
@@ -136,7 +154,10 @@ pub fn run(
     for kind in policies_with_reference(&opts.policies) {
         let label = kind.as_str().to_string();
         let mut rec = run_one(scenario, Some(kind), dev, opts, model, stop, &|f| {
-            progress((elapsed + f * scenario.duration.as_secs_f64()) / total, &label)
+            progress(
+                (elapsed + f * scenario.duration.as_secs_f64()) / total,
+                &label,
+            )
         })?;
         for (i, t) in rec.tenants.iter_mut().enumerate() {
             t.alone_p99_ms = alone_p99[i];
@@ -184,7 +205,13 @@ fn changes(scenario: &Scenario) -> Vec<Change> {
         .enumerate()
         .flat_map(|(ti, t)| {
             t.jobs.iter().enumerate().flat_map(move |(ji, j)| {
-                j.schedule.iter().map(move |(at, s)| Change { at: *at, tenant: ti, job: ji, numjobs: s.numjobs, iodepth: s.iodepth })
+                j.schedule.iter().map(move |(at, s)| Change {
+                    at: *at,
+                    tenant: ti,
+                    job: ji,
+                    numjobs: s.numjobs,
+                    iodepth: s.iodepth,
+                })
             })
         })
         .collect();
@@ -199,12 +226,21 @@ fn job_usage(job: &Job, per_process_ios: f64) -> Usage {
         bytes: per_process_ios * share * job.bs as f64,
         seq_ios: per_process_ios * share * seq,
     };
-    Usage { read: dir(job.read_share), write: dir(1.0 - job.read_share), latency_us: None }
+    Usage {
+        read: dir(job.read_share),
+        write: dir(1.0 - job.read_share),
+        latency_us: None,
+    }
 }
 
 /// What the tenant asks at the moment: the sum of its processes' rates, or
 /// `None` (unbounded) if any running process is closed-loop.
-fn declared_demand(scenario: &Scenario, tenant: usize, running: &[u32], model: &CostModel) -> Option<Throughput> {
+fn declared_demand(
+    scenario: &Scenario,
+    tenant: usize,
+    running: &[u32],
+    model: &CostModel,
+) -> Option<Throughput> {
     let mut u = Usage::default();
     for (job, &n) in scenario.tenants[tenant].jobs.iter().zip(running) {
         if n == 0 {
@@ -223,7 +259,11 @@ fn declared_demand(scenario: &Scenario, tenant: usize, running: &[u32], model: &
         u.write.bytes += ju.write.bytes;
         u.write.seq_ios += ju.write.seq_ios;
     }
-    Some(Throughput { iops: u.iops(), bytes_per_s: u.bytes_per_sec(), cost: model.cost_rate(&u) })
+    Some(Throughput {
+        iops: u.iops(),
+        bytes_per_s: u.bytes_per_sec(),
+        cost: model.cost_rate(&u),
+    })
 }
 
 /// Share of a tenant's I/Os that are sequential, from its jobs (cgroups do not say).
@@ -232,12 +272,22 @@ fn seq_share(scenario: &Scenario, tenant: usize) -> f64 {
     jobs.iter().filter(|j| j.rw.sequential()).count() as f64 / jobs.len().max(1) as f64
 }
 
-fn window_throughput(prev: &Counters, cur: &Counters, secs: f64, seq: f64, model: &CostModel) -> Throughput {
+fn window_throughput(
+    prev: &Counters,
+    cur: &Counters,
+    secs: f64,
+    seq: f64,
+    model: &CostModel,
+) -> Throughput {
     match iofloor_core::control::usage_between(prev, cur, Duration::from_secs_f64(secs)) {
         Some(mut u) => {
             u.read.seq_ios = u.read.ios * seq;
             u.write.seq_ios = u.write.ios * seq;
-            Throughput { iops: u.iops(), bytes_per_s: u.bytes_per_sec(), cost: model.cost_rate(&u) }
+            Throughput {
+                iops: u.iops(),
+                bytes_per_s: u.bytes_per_sec(),
+                cost: model.cost_rate(&u),
+            }
         }
         None => Throughput::default(),
     }
@@ -246,8 +296,11 @@ fn window_throughput(prev: &Counters, cur: &Counters, secs: f64, seq: f64, model
 fn device_sectors(dev: DevId) -> Result<u64> {
     let name = dev.kernel_name(Path::new("/sys"))?;
     let p = PathBuf::from(format!("/sys/class/block/{name}/size"));
-    let text = std::fs::read_to_string(&p).map_err(|e| BenchError::Failed(format!("{}: {e}", p.display())))?;
-    text.trim().parse().map_err(|_| BenchError::Failed(format!("{}: not a number", p.display())))
+    let text = std::fs::read_to_string(&p)
+        .map_err(|e| BenchError::Failed(format!("{}: {e}", p.display())))?;
+    text.trim()
+        .parse()
+        .map_err(|_| BenchError::Failed(format!("{}: not a number", p.display())))
 }
 
 /// Plays one scenario with one policy (None: no controller at all).
@@ -260,9 +313,12 @@ fn run_one(
     stop: &AtomicBool,
     progress: &dyn Fn(f64),
 ) -> Result<RunRecord> {
-    let tag = policy_kind.map(|k| k.as_str().to_string()).unwrap_or_else(|| format!("alone-{}", scenario.tenants[0].spec.name));
+    let tag = policy_kind
+        .map(|k| k.as_str().to_string())
+        .unwrap_or_else(|| format!("alone-{}", scenario.tenants[0].spec.name));
     let work = opts.work_dir.join(&tag);
-    std::fs::create_dir_all(&work).map_err(|e| BenchError::Failed(format!("{}: {e}", work.display())))?;
+    std::fs::create_dir_all(&work)
+        .map_err(|e| BenchError::Failed(format!("{}: {e}", work.display())))?;
     let mut session = Session::create(&opts.cgroup_root, dev, scenario, &tag)?;
     let n = scenario.tenants.len();
 
@@ -277,12 +333,18 @@ fn run_one(
         * 2;
     let region = (device_sectors(dev)? * 512 / max_procs as u64) / (1 << 20) * (1 << 20);
     if region < 1 << 20 {
-        return Err(BenchError::Invalid(format!("{}: too small for {max_procs} fio processes", opts.device.display())));
+        return Err(BenchError::Invalid(format!(
+            "{}: too small for {max_procs} fio processes",
+            opts.device.display()
+        )));
     }
     session.set_regions(max_procs, region);
 
     let mut backend = HybridBackend {
-        cgroups: CgroupBackend::new(iofloor_host::cgroup::controller(&opts.cgroup_root, dev)?, Some(DiskStats::proc(dev))),
+        cgroups: CgroupBackend::new(
+            iofloor_host::cgroup::controller(&opts.cgroup_root, dev)?,
+            Some(DiskStats::proc(dev)),
+        ),
         qmp: QmpBackend::new(Duration::from_secs(2)),
     };
     let mut tenant_device: Vec<PathBuf> = Vec::with_capacity(n);
@@ -291,17 +353,34 @@ fn run_one(
             let vm = session.add_vm_path(&opts.device, &work.join("vm-paths"))?;
             let disk = vm.device.clone().expect("a started VM path has a device");
             let stats_device = DevId::of_block_device(&disk)?;
-            backend.qmp.add_tenant(&t.spec.name, &vm.socket, QmpTarget::Group { group: "dev".into(), stats_device });
+            backend.qmp.add_tenant(
+                &t.spec.name,
+                &vm.socket,
+                QmpTarget::Group {
+                    group: "dev".into(),
+                    stats_device,
+                },
+            );
             tenant_device.push(disk);
         } else {
-            backend.cgroups.add_tenant(&t.spec.name, session.tenant_cgroup(i).to_path_buf());
+            backend
+                .cgroups
+                .add_tenant(&t.spec.name, session.tenant_cgroup(i).to_path_buf());
             tenant_device.push(opts.device.clone());
         }
     }
-    let specs: Vec<iofloor_core::TenantSpec> = scenario.tenants.iter().map(|t| t.spec.clone()).collect();
+    let specs: Vec<iofloor_core::TenantSpec> =
+        scenario.tenants.iter().map(|t| t.spec.clone()).collect();
     let mut controller = policy_kind.map(|k| {
-        let ctx = PolicyContext { cost: model, capacity: 1.0 };
-        let specs = scenario.tenants.iter().map(|t| std::sync::Arc::new(t.spec.clone())).collect();
+        let ctx = PolicyContext {
+            cost: model,
+            capacity: 1.0,
+        };
+        let specs = scenario
+            .tenants
+            .iter()
+            .map(|t| std::sync::Arc::new(t.spec.clone()))
+            .collect();
         Controller::new(policy::build(k, &scenario.policy, ctx), specs)
     });
 
@@ -310,10 +389,16 @@ fn run_one(
     let interval = scenario.interval;
     let duration = scenario.duration;
     let seq: Vec<f64> = (0..n).map(|i| seq_share(scenario, i)).collect();
-    let mut running: Vec<Vec<u32>> = scenario.tenants.iter().map(|t| vec![0; t.jobs.len()]).collect();
+    let mut running: Vec<Vec<u32>> = scenario
+        .tenants
+        .iter()
+        .map(|t| vec![0; t.jobs.len()])
+        .collect();
     let mut windows: Vec<Window> = Vec::new();
-    let mut last_counters: Vec<Counters> =
-        specs.iter().map(|t| backend.read_counters(t).map_err(BenchError::from)).collect::<Result<_>>()?;
+    let mut last_counters: Vec<Counters> = specs
+        .iter()
+        .map(|t| backend.read_counters(t).map_err(BenchError::from))
+        .collect::<Result<_>>()?;
     let diskstats = DiskStats::proc(dev);
     let mut last_disk: DiskStat = diskstats.read()?;
     let mut dec_max = 0.0f64;
@@ -334,7 +419,16 @@ fn run_one(
             let c = plan[next_change];
             let job = &scenario.tenants[c.tenant].jobs[c.job];
             let remaining = duration.saturating_sub(now).as_secs_f64() + 1.0;
-            session.set_processes(c.tenant, c.job, job, c.numjobs, c.iodepth, remaining, &tenant_device[c.tenant], &work)?;
+            session.set_processes(
+                c.tenant,
+                c.job,
+                job,
+                c.numjobs,
+                c.iodepth,
+                remaining,
+                &tenant_device[c.tenant],
+                &work,
+            )?;
             running[c.tenant][c.job] = c.numjobs;
             next_change += 1;
         }
@@ -366,12 +460,23 @@ fn run_one(
             }
             let disk = diskstats.read()?;
             let device = DeviceWindow {
-                avg_queue: disk.time_in_queue_ms.saturating_sub(last_disk.time_in_queue_ms) as f64 / 1000.0 / secs,
-                utilisation: (disk.io_ticks_ms.saturating_sub(last_disk.io_ticks_ms) as f64 / 1000.0 / secs).min(1.0),
+                avg_queue: disk
+                    .time_in_queue_ms
+                    .saturating_sub(last_disk.time_in_queue_ms) as f64
+                    / 1000.0
+                    / secs,
+                utilisation: (disk.io_ticks_ms.saturating_sub(last_disk.io_ticks_ms) as f64
+                    / 1000.0
+                    / secs)
+                    .min(1.0),
                 mean_latency_ms: None,
             };
             last_disk = disk;
-            windows.push(Window { t: next_window.as_secs_f64() - 1.0, tenants, device });
+            windows.push(Window {
+                t: next_window.as_secs_f64() - 1.0,
+                tenants,
+                device,
+            });
             progress((next_window.as_secs_f64() / duration.as_secs_f64()).min(1.0));
             next_window += Duration::from_secs(1);
         }
@@ -381,18 +486,24 @@ fn run_one(
         if now >= duration {
             break;
         }
-        let wake = [next_window, next_tick, plan.get(next_change).map(|c| c.at).unwrap_or(duration), duration]
-            .into_iter()
-            .filter(|t| *t > now)
-            .min()
-            .unwrap_or(now);
+        let wake = [
+            next_window,
+            next_tick,
+            plan.get(next_change).map(|c| c.at).unwrap_or(duration),
+            duration,
+        ]
+        .into_iter()
+        .filter(|t| *t > now)
+        .min()
+        .unwrap_or(now);
         std::thread::sleep((wake - now).min(Duration::from_millis(50)));
     }
     let logs = session.stop_all()?;
 
     // Latency from fio's per-I/O logs: per-window means and the distribution after warm-up.
-    let mut hists: Vec<Histogram<u64>> =
-        (0..n).map(|_| Histogram::new_with_bounds(1, 1_000_000_000_000, 2).expect("valid bounds")).collect();
+    let mut hists: Vec<Histogram<u64>> = (0..n)
+        .map(|_| Histogram::new_with_bounds(1, 1_000_000_000_000, 2).expect("valid bounds"))
+        .collect();
     let mut win_lat: Vec<Vec<(f64, u64)>> = vec![vec![(0.0, 0); windows.len()]; n];
     let mut dev_lat: Vec<(f64, u64)> = vec![(0.0, 0); windows.len()];
     for log in &logs {
@@ -432,7 +543,11 @@ fn run_one(
             class: t.spec.class,
             noisy: t.noisy,
             floor: t.spec.floor,
-            unit: t.spec.floor.map(|f| f.unit()).unwrap_or(RateUnit::BytesPerSec),
+            unit: t
+                .spec
+                .floor
+                .map(|f| f.unit())
+                .unwrap_or(RateUnit::BytesPerSec),
             alone_p99_ms: None,
             alone_windows: Vec::new(),
         })
@@ -448,7 +563,10 @@ fn run_one(
             max_ms: h.max() as f64 / 1e6,
         })
         .collect();
-    let ios_completed = windows.iter().flat_map(|w| w.tenants.iter().map(|t| t.got.iops)).sum::<f64>() as u64;
+    let ios_completed = windows
+        .iter()
+        .flat_map(|w| w.tenants.iter().map(|t| t.got.iops))
+        .sum::<f64>() as u64;
     Ok(RunRecord {
         scenario: scenario.name.clone(),
         policy: policy_kind.map(|k| k.as_str().to_string()).unwrap_or(tag),
@@ -462,7 +580,11 @@ fn run_one(
         steps: scenario.steps().iter().map(|d| d.as_secs_f64()).collect(),
         latency,
         decision_time_us_max: dec_max,
-        decision_time_us_mean: if dec_n > 0 { dec_sum / dec_n as f64 } else { 0.0 },
+        decision_time_us_mean: if dec_n > 0 {
+            dec_sum / dec_n as f64
+        } else {
+            0.0
+        },
         ios_completed,
     })
 }
@@ -484,7 +606,15 @@ pub(crate) fn fio_job(
         _ => (None, None),
     };
     let mixed = matches!(job.rw.as_fio(), "rw" | "randrw");
-    let mut fj = FioJob::new(name.clone(), device, job.rw.as_fio(), job.bs, iodepth, runtime_s, work.join(format!("{name}.json")));
+    let mut fj = FioJob::new(
+        name.clone(),
+        device,
+        job.rw.as_fio(),
+        job.bs,
+        iodepth,
+        runtime_s,
+        work.join(format!("{name}.json")),
+    );
     fj.rwmixread = mixed.then(|| (job.read_share * 100.0).round() as u8);
     fj.rate_bytes = rate_bytes;
     fj.rate_iops = rate_iops;

@@ -80,7 +80,11 @@ impl Session {
     }
 
     /// Brings up a VM's QEMU path over the shared device; removed with the session.
-    pub fn add_vm_path(&mut self, device: &Path, state_root: &Path) -> Result<&iofloor_host::rig::Rig> {
+    pub fn add_vm_path(
+        &mut self,
+        device: &Path,
+        state_root: &Path,
+    ) -> Result<&iofloor_host::rig::Rig> {
         let vm = iofloor_host::rig::Rig::up_vm_path(device, state_root)?;
         self.vm_paths.push(vm);
         Ok(self.vm_paths.last().expect("just pushed"))
@@ -105,7 +109,9 @@ impl Session {
         loop {
             match p.child.try_wait() {
                 Ok(Some(_)) => break,
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
                 _ => {
                     let _ = p.child.kill();
                     let _ = p.child.wait();
@@ -114,7 +120,11 @@ impl Session {
             }
         }
         self.free_regions.push(p.region);
-        self.finished.push(LogInfo { path: p.log, tenant: p.tenant, started: p.started });
+        self.finished.push(LogInfo {
+            path: p.log,
+            tenant: p.tenant,
+            started: p.started,
+        });
     }
 
     /// Brings a job to `numjobs` processes at `iodepth`.
@@ -145,15 +155,26 @@ impl Session {
         self.procs = keep;
         let mut count = self.procs.iter().filter(|p| mine(p)).count() as u32;
         while count > numjobs {
-            let idx = self.procs.iter().rposition(|p| mine(p)).expect("a process of the job");
+            let idx = self
+                .procs
+                .iter()
+                .rposition(|p| mine(p))
+                .expect("a process of the job");
             let p = self.procs.remove(idx);
             self.stop_proc(p);
             count -= 1;
         }
         while count < numjobs {
-            let region = self.free_regions.pop().ok_or_else(|| BenchError::Failed("no free device region".into()))?;
+            let region = self
+                .free_regions
+                .pop()
+                .ok_or_else(|| BenchError::Failed("no free device region".into()))?;
             self.spawned += 1;
-            let name = format!("{}-j{job}-p{}", sanitize(&self.tenants[tenant].file_name().unwrap().to_string_lossy()), self.spawned);
+            let name = format!(
+                "{}-j{job}-p{}",
+                sanitize(&self.tenants[tenant].file_name().unwrap().to_string_lossy()),
+                self.spawned
+            );
             let fj = fio_job(
                 spec,
                 name.clone(),
@@ -166,8 +187,20 @@ impl Session {
             );
             let procs = self.root.join(&self.tenants[tenant]).join("cgroup.procs");
             let child = fj.spawn_in(&procs)?;
-            let log = PathBuf::from(format!("{}_clat.log", fj.lat_log.as_ref().expect("lat log set").display()));
-            self.procs.push(Proc { child, tenant, job, iodepth, region, started: self.elapsed(), log, name });
+            let log = PathBuf::from(format!(
+                "{}_clat.log",
+                fj.lat_log.as_ref().expect("lat log set").display()
+            ));
+            self.procs.push(Proc {
+                child,
+                tenant,
+                job,
+                iodepth,
+                region,
+                started: self.elapsed(),
+                log,
+                name,
+            });
             count += 1;
         }
         for p in stop {
@@ -226,7 +259,8 @@ impl Session {
             }
         }
         // Our processes are reaped, but leave the cgroups a moment later.
-        if let Err(e) = cgroup::remove_when_empty(&self.root, &self.parent, Duration::from_secs(10)) {
+        if let Err(e) = cgroup::remove_when_empty(&self.root, &self.parent, Duration::from_secs(10))
+        {
             first.get_or_insert(e);
         }
         match first {
@@ -246,5 +280,13 @@ impl Drop for Session {
 
 /// A cgroup directory name from a tenant name.
 fn sanitize(name: &str) -> String {
-    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '_' }).collect()
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }

@@ -18,7 +18,10 @@ fn ctx() -> PolicyContext {
         wrandiops: 100e3,
     })
     .unwrap();
-    PolicyContext { cost, capacity: 1.0 }
+    PolicyContext {
+        cost,
+        capacity: 1.0,
+    }
 }
 
 fn decide(c: &mut Criterion) {
@@ -29,18 +32,25 @@ fn decide(c: &mut Criterion) {
         for kind in PolicyKind::ALL {
             let mut policy = build(kind, &PolicyParams::default(), ctx());
             let mut step = 0u64;
-            group.bench_with_input(BenchmarkId::new(kind.as_str(), n), &tenants, |b, tenants| {
-                b.iter(|| {
-                    step += 1;
-                    let snap = Snapshot {
-                        now: Duration::from_secs(step),
-                        interval: Duration::from_secs(1),
-                        device: Some(DeviceSample { utilisation: 1.0, avg_queue: 40.0 }),
-                        tenants,
-                    };
-                    black_box(policy.decide(&snap))
-                })
-            });
+            group.bench_with_input(
+                BenchmarkId::new(kind.as_str(), n),
+                &tenants,
+                |b, tenants| {
+                    b.iter(|| {
+                        step += 1;
+                        let snap = Snapshot {
+                            now: Duration::from_secs(step),
+                            interval: Duration::from_secs(1),
+                            device: Some(DeviceSample {
+                                utilisation: 1.0,
+                                avg_queue: 40.0,
+                            }),
+                            tenants,
+                        };
+                        black_box(policy.decide(&snap))
+                    })
+                },
+            );
         }
     }
     group.finish();

@@ -31,7 +31,11 @@ pub struct AdmissionVerdict {
 impl AdmissionVerdict {
     /// Names of tenants whose floor cannot be guaranteed.
     pub fn refused(&self) -> Vec<&str> {
-        self.tenants.iter().filter(|t| !t.guaranteed).map(|t| t.name.as_str()).collect()
+        self.tenants
+            .iter()
+            .filter(|t| !t.guaranteed)
+            .map(|t| t.name.as_str())
+            .collect()
     }
 
     /// One sentence for an error message or a log.
@@ -55,7 +59,11 @@ impl AdmissionVerdict {
 
 /// Checks a set of floors. `tenants` pairs each spec with its expected mix
 /// (any non-zero usage of the right shape; its scale does not matter).
-pub fn check(cost: &CostModel, usable_capacity: f64, tenants: &[(&TenantSpec, Option<Usage>)]) -> AdmissionVerdict {
+pub fn check(
+    cost: &CostModel,
+    usable_capacity: f64,
+    tenants: &[(&TenantSpec, Option<Usage>)],
+) -> AdmissionVerdict {
     let mut sum = 0.0;
     let mut admitted = true;
     let rows = tenants
@@ -73,10 +81,19 @@ pub fn check(cost: &CostModel, usable_capacity: f64, tenants: &[(&TenantSpec, Op
                 None => false,
             };
             admitted &= guaranteed;
-            AdmissionTenant { name: spec.name.clone(), floor_cost, guaranteed }
+            AdmissionTenant {
+                name: spec.name.clone(),
+                floor_cost,
+                guaranteed,
+            }
         })
         .collect();
-    AdmissionVerdict { usable_capacity, total_floor_cost: sum, admitted, tenants: rows }
+    AdmissionVerdict {
+        usable_capacity,
+        total_floor_cost: sum,
+        admitted,
+        tenants: rows,
+    }
 }
 
 #[cfg(test)]

@@ -66,7 +66,12 @@ pub fn usage_between(prev: &Counters, cur: &Counters, dt: Duration) -> Option<Us
         bytes: rate(prev.write_bytes, cur.write_bytes)?,
         seq_ios: rate(prev.write_seq_ios, cur.write_seq_ios)?,
     };
-    let latency_us = match (prev.latency_ns_total, cur.latency_ns_total, prev.completions, cur.completions) {
+    let latency_us = match (
+        prev.latency_ns_total,
+        cur.latency_ns_total,
+        prev.completions,
+        cur.completions,
+    ) {
         (Some(l0), Some(l1), Some(c0), Some(c1)) => match (d(l0, l1), d(c0, c1)) {
             (Some(dl), Some(dc)) if dc > 0 => Some(dl as f64 / dc as f64 / 1e3),
             (Some(_), Some(_)) => None,
@@ -74,11 +79,19 @@ pub fn usage_between(prev: &Counters, cur: &Counters, dt: Duration) -> Option<Us
         },
         _ => None,
     };
-    Some(Usage { read, write, latency_us })
+    Some(Usage {
+        read,
+        write,
+        latency_us,
+    })
 }
 
 /// Device sample between two readings.
-pub fn device_between(prev: &DeviceCounters, cur: &DeviceCounters, dt: Duration) -> Option<DeviceSample> {
+pub fn device_between(
+    prev: &DeviceCounters,
+    cur: &DeviceCounters,
+    dt: Duration,
+) -> Option<DeviceSample> {
     let ns = dt.as_nanos() as f64;
     if ns <= 0.0 {
         return None;
@@ -123,7 +136,14 @@ impl Controller {
     pub fn new(policy: Box<dyn Policy>, tenants: Vec<Arc<TenantSpec>>) -> Controller {
         Controller {
             policy,
-            tenants: tenants.into_iter().map(|spec| Tracked { spec, last: None, caps: Caps::NONE }).collect(),
+            tenants: tenants
+                .into_iter()
+                .map(|spec| Tracked {
+                    spec,
+                    last: None,
+                    caps: Caps::NONE,
+                })
+                .collect(),
             last_time: None,
             last_device: None,
         }
@@ -141,7 +161,11 @@ impl Controller {
     /// only sets the counters' baseline). A tenant of the same name is replaced.
     pub fn add_tenant(&mut self, spec: Arc<TenantSpec>) {
         self.remove_tenant(&spec.name);
-        self.tenants.push(Tracked { spec, last: None, caps: Caps::NONE });
+        self.tenants.push(Tracked {
+            spec,
+            last: None,
+            caps: Caps::NONE,
+        });
     }
 
     /// Stops controlling a tenant; returns the caps it last had applied.
@@ -164,7 +188,10 @@ impl Controller {
 
     /// The caps last applied to a tenant.
     pub fn caps_of(&self, name: &str) -> Option<Caps> {
-        self.tenants.iter().find(|t| t.spec.name == name).map(|t| t.caps)
+        self.tenants
+            .iter()
+            .find(|t| t.spec.name == name)
+            .map(|t| t.caps)
     }
 
     /// Forgets what was applied to a tenant, so the next decision is written
@@ -209,7 +236,11 @@ impl Controller {
                     None
                 }
             };
-            samples.push(TenantSample { spec: t.spec.clone(), usage, caps: t.caps });
+            samples.push(TenantSample {
+                spec: t.spec.clone(),
+                usage,
+                caps: t.caps,
+            });
         }
         let device_now = backend.read_device();
         let device = match (self.last_device, device_now, dt) {
@@ -218,7 +249,12 @@ impl Controller {
         };
         self.last_device = device_now;
 
-        let snapshot = Snapshot { now, interval: dt.unwrap_or_default(), device, tenants: &samples };
+        let snapshot = Snapshot {
+            now,
+            interval: dt.unwrap_or_default(),
+            device,
+            tenants: &samples,
+        };
         // The one clock read of the control path, to report decision time.
         let started = Instant::now();
         let caps = self.policy.decide(&snapshot);
@@ -233,7 +269,15 @@ impl Controller {
                 }
             }
         }
-        TickReport { now, samples, device, caps, decision_time, errors, counter_resets }
+        TickReport {
+            now,
+            samples,
+            device,
+            caps,
+            decision_time,
+            errors,
+            counter_resets,
+        }
     }
 }
 
@@ -243,8 +287,16 @@ mod tests {
 
     #[test]
     fn counters_going_backwards_give_no_sample() {
-        let a = Counters { write_ios: 100, write_bytes: 409600, ..Default::default() };
-        let b = Counters { write_ios: 5, write_bytes: 20480, ..Default::default() };
+        let a = Counters {
+            write_ios: 100,
+            write_bytes: 409600,
+            ..Default::default()
+        };
+        let b = Counters {
+            write_ios: 5,
+            write_bytes: 20480,
+            ..Default::default()
+        };
         assert_eq!(usage_between(&a, &b, Duration::from_secs(1)), None);
         let u = usage_between(&b, &a, Duration::from_millis(500)).unwrap();
         assert_eq!(u.write.ios, 190.0);
@@ -253,8 +305,22 @@ mod tests {
 
     #[test]
     fn latency_from_sums() {
-        let a = Counters { latency_ns_total: Some(0), completions: Some(0), ..Default::default() };
-        let b = Counters { read_ios: 10, latency_ns_total: Some(1_000_000), completions: Some(10), ..Default::default() };
-        assert_eq!(usage_between(&a, &b, Duration::from_secs(1)).unwrap().latency_us, Some(100.0));
+        let a = Counters {
+            latency_ns_total: Some(0),
+            completions: Some(0),
+            ..Default::default()
+        };
+        let b = Counters {
+            read_ios: 10,
+            latency_ns_total: Some(1_000_000),
+            completions: Some(10),
+            ..Default::default()
+        };
+        assert_eq!(
+            usage_between(&a, &b, Duration::from_secs(1))
+                .unwrap()
+                .latency_us,
+            Some(100.0)
+        );
     }
 }

@@ -132,11 +132,14 @@ impl CostModel {
 
     /// A cost rate, expressed in the unit of `unit_of` for traffic shaped like `mix`.
     pub fn cost_to_rate(&self, cost: f64, unit_of: Rate, mix: &Usage) -> Option<f64> {
-        let per_unit = self.rate_to_cost(match unit_of {
-            Rate::Iops(_) => Rate::Iops(1.0),
-            Rate::BytesPerSec(_) => Rate::BytesPerSec(1.0),
-            Rate::Cost(_) => Rate::Cost(1.0),
-        }, mix)?;
+        let per_unit = self.rate_to_cost(
+            match unit_of {
+                Rate::Iops(_) => Rate::Iops(1.0),
+                Rate::BytesPerSec(_) => Rate::BytesPerSec(1.0),
+                Rate::Cost(_) => Rate::Cost(1.0),
+            },
+            mix,
+        )?;
         (per_unit > 0.0).then(|| cost / per_unit)
     }
 
@@ -219,7 +222,14 @@ mod tests {
     }
 
     fn writes(ios: f64, size: f64) -> Usage {
-        Usage { write: DirUsage { ios, bytes: ios * size, seq_ios: 0.0 }, ..Default::default() }
+        Usage {
+            write: DirUsage {
+                ios,
+                bytes: ios * size,
+                seq_ios: 0.0,
+            },
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -257,7 +267,9 @@ mod tests {
         let mix = writes(100.0, 65536.0);
         let per_io = m.io_cost(Direction::Write, 65536.0, false);
         assert!((m.rate_to_cost(Rate::Iops(10.0), &mix).unwrap() - 10.0 * per_io).abs() < 1e-12);
-        let c = m.rate_to_cost(Rate::BytesPerSec(65536.0 * 10.0), &mix).unwrap();
+        let c = m
+            .rate_to_cost(Rate::BytesPerSec(65536.0 * 10.0), &mix)
+            .unwrap();
         assert!((c - 10.0 * per_io).abs() < 1e-12);
         let back = m.cost_to_rate(c, Rate::BytesPerSec(1.0), &mix).unwrap();
         assert!((back - 655360.0).abs() < 1e-6);

@@ -9,6 +9,8 @@
 pub mod admission;
 pub mod control;
 pub mod cost;
+pub mod error;
+pub mod judge;
 pub mod model;
 pub mod policy;
 pub mod synthetic;
@@ -16,6 +18,9 @@ pub mod units;
 
 pub use control::{Backend, Controller, Counters, DeviceCounters, TickReport};
 pub use cost::{CostModel, CostParams};
-pub use model::{Caps, DeviceSample, Direction, DirUsage, Snapshot, TenantClass, TenantSample, TenantSpec, Usage};
+pub use error::ValidationError;
+pub use model::{
+    Caps, DeviceSample, DirUsage, Direction, Snapshot, TenantClass, TenantSample, TenantSpec, Usage,
+};
 pub use policy::{build as build_policy, Policy, PolicyContext, PolicyKind, PolicyParams};
 pub use units::Rate;

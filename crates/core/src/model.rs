@@ -1,6 +1,7 @@
 //! The data a policy sees and returns: tenants, their per-interval usage, the
 //! device's state, and throttle caps. Plain values, no I/O, no clock.
 
+use crate::error::ValidationError;
 use crate::units::Rate;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -45,7 +46,14 @@ pub struct TenantSpec {
 
 impl TenantSpec {
     pub fn new(name: impl Into<String>, class: TenantClass) -> Self {
-        TenantSpec { name: name.into(), class, floor: None, ceiling: None, weight: DEFAULT_WEIGHT, latency_sensitive: false }
+        TenantSpec {
+            name: name.into(),
+            class,
+            floor: None,
+            ceiling: None,
+            weight: DEFAULT_WEIGHT,
+            latency_sensitive: false,
+        }
     }
 
     pub fn with_floor(mut self, floor: Rate) -> Self {
@@ -61,29 +69,42 @@ impl TenantSpec {
     /// Checks the promise makes sense: positive rates, a ceiling not below
     /// the floor (when in the same unit), a weight in (0, 10000] as for
     /// cgroup v2 `io.weight`. The message names the key.
-    pub fn check_promise(&self) -> Result<(), String> {
+    pub fn check_promise(&self) -> Result<(), ValidationError> {
         check_promise(self.floor, self.ceiling, Some(self.weight))
     }
 }
 
 /// [`TenantSpec::check_promise`] on parts, for files and API bodies that
 /// give only some of them.
-pub fn check_promise(floor: Option<Rate>, ceiling: Option<Rate>, weight: Option<f64>) -> Result<(), String> {
+pub fn check_promise(
+    floor: Option<Rate>,
+    ceiling: Option<Rate>,
+    weight: Option<f64>,
+) -> Result<(), ValidationError> {
     if let Some(w) = weight {
         if !(w > 0.0 && w <= 10000.0) {
-            return Err(format!("`weight` must be in (0, 10000], got {w}"));
+            return Err(ValidationError::new(
+                "weight",
+                format!("must be in (0, 10000], got {w}"),
+            ));
         }
     }
     for (key, rate) in [("floor", floor), ("ceiling", ceiling)] {
         if let Some(r) = rate {
             if !(r.value() > 0.0 && r.value().is_finite()) {
-                return Err(format!("`{key}` must be positive, got {r}"));
+                return Err(ValidationError::new(
+                    key,
+                    format!("must be positive, got {r}"),
+                ));
             }
         }
     }
     if let (Some(f), Some(c)) = (floor, ceiling) {
         if f.unit() == c.unit() && c.value() < f.value() {
-            return Err(format!("`ceiling` {c} is below `floor` {f}"));
+            return Err(ValidationError::new(
+                "ceiling",
+                format!("{c} is below `floor` {f}"),
+            ));
         }
     }
     Ok(())
@@ -113,7 +134,11 @@ impl DirUsage {
     }
 
     fn scaled(&self, k: f64) -> DirUsage {
-        DirUsage { ios: self.ios * k, bytes: self.bytes * k, seq_ios: self.seq_ios * k }
+        DirUsage {
+            ios: self.ios * k,
+            bytes: self.bytes * k,
+            seq_ios: self.seq_ios * k,
+        }
     }
 }
 
@@ -148,7 +173,11 @@ impl Usage {
 
     /// The same mix at `k` times the rate.
     pub fn scaled(&self, k: f64) -> Usage {
-        Usage { read: self.read.scaled(k), write: self.write.scaled(k), latency_us: self.latency_us }
+        Usage {
+            read: self.read.scaled(k),
+            write: self.write.scaled(k),
+            latency_us: self.latency_us,
+        }
     }
 }
 
@@ -173,7 +202,12 @@ pub struct Caps {
 }
 
 impl Caps {
-    pub const NONE: Caps = Caps { read_iops: None, write_iops: None, read_bps: None, write_bps: None };
+    pub const NONE: Caps = Caps {
+        read_iops: None,
+        write_iops: None,
+        read_bps: None,
+        write_bps: None,
+    };
 
     pub fn is_unlimited(&self) -> bool {
         *self == Caps::NONE

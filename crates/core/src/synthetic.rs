@@ -15,15 +15,38 @@ pub fn contended_tenants(n: usize) -> Vec<TenantSample> {
             let noisy = i % 10 == 0;
             let size = [4096.0, 16384.0, 65536.0][i % 3];
             // A 4 KiB random write on a 100k-IOPS device costs 10 µs.
-            let ios = if noisy { 8.0 * share * 100_000.0 } else { 0.5 * share * 100_000.0 };
+            let ios = if noisy {
+                8.0 * share * 100_000.0
+            } else {
+                0.5 * share * 100_000.0
+            };
             let usage = Usage {
-                read: DirUsage { ios: ios * 0.3, bytes: ios * 0.3 * size, seq_ios: 0.0 },
-                write: DirUsage { ios: ios * 0.7, bytes: ios * 0.7 * size, seq_ios: 0.0 },
+                read: DirUsage {
+                    ios: ios * 0.3,
+                    bytes: ios * 0.3 * size,
+                    seq_ios: 0.0,
+                },
+                write: DirUsage {
+                    ios: ios * 0.7,
+                    bytes: ios * 0.7 * size,
+                    seq_ios: 0.0,
+                },
                 latency_us: (i % 2 == 0).then_some(200.0),
             };
-            let mut spec = TenantSpec::new(format!("tenant-{i:05}"), if i % 2 == 0 { TenantClass::Vm } else { TenantClass::Container });
+            let mut spec = TenantSpec::new(
+                format!("tenant-{i:05}"),
+                if i % 2 == 0 {
+                    TenantClass::Vm
+                } else {
+                    TenantClass::Container
+                },
+            );
             spec.floor = Some(Rate::Cost(0.8 * share));
-            TenantSample { spec: Arc::new(spec), usage: Some(usage), caps: Caps::NONE }
+            TenantSample {
+                spec: Arc::new(spec),
+                usage: Some(usage),
+                caps: Caps::NONE,
+            }
         })
         .collect()
 }

@@ -180,7 +180,9 @@ impl Rate {
             )));
         };
         if rate.value() <= 0.0 {
-            return Err(UnitError(format!("rate `{text}` must be greater than zero")));
+            return Err(UnitError(format!(
+                "rate `{text}` must be greater than zero"
+            )));
         }
         Ok(rate)
     }
@@ -223,7 +225,10 @@ mod tests {
         assert_eq!(parse_size("64KB").unwrap(), 64000);
         assert_eq!(parse_size("4096").unwrap(), 4096);
         assert_eq!(parse_size("1 MiB").unwrap(), 1 << 20);
-        assert!(parse_size("12 furlongs").unwrap_err().0.contains("furlongs"));
+        assert!(parse_size("12 furlongs")
+            .unwrap_err()
+            .0
+            .contains("furlongs"));
         assert!(parse_size("k").is_err());
         assert!(parse_size("0").is_err());
     }
@@ -231,15 +236,24 @@ mod tests {
     #[test]
     fn rates_accept_both_mb_spellings() {
         assert_eq!(Rate::parse("10 MB/s").unwrap(), Rate::BytesPerSec(10e6));
-        assert_eq!(Rate::parse("10MiB/s").unwrap(), Rate::BytesPerSec(10.0 * 1048576.0));
+        assert_eq!(
+            Rate::parse("10MiB/s").unwrap(),
+            Rate::BytesPerSec(10.0 * 1048576.0)
+        );
         assert_eq!(Rate::parse("800KB/s").unwrap(), Rate::BytesPerSec(800e3));
         assert_eq!(Rate::parse("500iops").unwrap(), Rate::Iops(500.0));
         assert_eq!(Rate::parse("2k IOPS").unwrap(), Rate::Iops(2000.0));
         assert_eq!(Rate::parse("25%").unwrap(), Rate::Cost(0.25));
-        assert!(Rate::parse("0iops").unwrap_err().0.contains("greater than zero"));
+        assert!(Rate::parse("0iops")
+            .unwrap_err()
+            .0
+            .contains("greater than zero"));
         assert!(Rate::parse("-5MB/s").is_err());
         assert!(Rate::parse("10MB").unwrap_err().0.contains("no rate unit"));
-        assert!(Rate::parse("10 furlongs/s").unwrap_err().0.contains("furlongs"));
+        assert!(Rate::parse("10 furlongs/s")
+            .unwrap_err()
+            .0
+            .contains("furlongs"));
     }
 
     #[test]
@@ -266,7 +280,11 @@ pub mod quantity {
     impl serde::de::Visitor<'_> for QuantityText {
         type Value = String;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            write!(f, "a {} such as `64k`, `500 IOPS`, `20MiB/s` or `1s`", self.0)
+            write!(
+                f,
+                "a {} such as `64k`, `500 IOPS`, `20MiB/s` or `1s`",
+                self.0
+            )
         }
         fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
             Ok(v.to_string())
@@ -290,7 +308,9 @@ pub mod quantity {
                 fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                     let text = d.deserialize_any(QuantityText($what))?;
                     let parse: fn(&str) -> Result<$inner, super::UnitError> = $parse;
-                    parse(&text).map($name).map_err(|e| serde::de::Error::custom(format!("invalid {}: {}", $what, e)))
+                    parse(&text)
+                        .map($name)
+                        .map_err(|e| serde::de::Error::custom(format!("invalid {}: {}", $what, e)))
                 }
             }
         };
@@ -304,7 +324,9 @@ pub mod quantity {
         f64,
         |s| match Rate::parse(s)? {
             Rate::BytesPerSec(b) => Ok(b),
-            other => Err(super::UnitError(format!("`{s}` is {other}, expected a bandwidth such as `2GB/s`"))),
+            other => Err(super::UnitError(format!(
+                "`{s}` is {other}, expected a bandwidth such as `2GB/s`"
+            ))),
         },
         "bandwidth"
     );

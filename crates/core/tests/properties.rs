@@ -43,21 +43,31 @@ fn tenant_case(steps: usize) -> impl Strategy<Value = TenantCase> {
         any::<bool>(),
         any::<bool>(),
     )
-        .prop_map(|(read_share, size, floor_share, floor_unit, demand, vm, latency)| TenantCase {
-            read_share,
-            size,
-            floor_share,
-            floor_unit,
-            demand,
-            vm,
-            latency,
-        })
+        .prop_map(
+            |(read_share, size, floor_share, floor_unit, demand, vm, latency)| TenantCase {
+                read_share,
+                size,
+                floor_share,
+                floor_unit,
+                demand,
+                vm,
+                latency,
+            },
+        )
 }
 
 fn mix(c: &TenantCase) -> Usage {
     Usage {
-        read: DirUsage { ios: c.read_share, bytes: c.read_share * c.size, seq_ios: 0.0 },
-        write: DirUsage { ios: 1.0 - c.read_share, bytes: (1.0 - c.read_share) * c.size, seq_ios: 0.0 },
+        read: DirUsage {
+            ios: c.read_share,
+            bytes: c.read_share * c.size,
+            seq_ios: 0.0,
+        },
+        write: DirUsage {
+            ios: 1.0 - c.read_share,
+            bytes: (1.0 - c.read_share) * c.size,
+            seq_ios: 0.0,
+        },
         latency_us: None,
     }
 }

@@ -58,12 +58,27 @@ pub fn router(state: ApiState) -> Router {
 /// OpenMetrics for scrapers that ask for it (Prometheus does), else the
 /// classic text format.
 async fn metrics(State(s): State<ApiState>, headers: HeaderMap) -> Response {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     if accept.contains("application/openmetrics-text") {
-        ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.shared.metrics.encode())
+        (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            s.shared.metrics.encode(),
+        )
             .into_response()
     } else {
-        ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], s.shared.metrics.encode_classic())
+        (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            s.shared.metrics.encode_classic(),
+        )
             .into_response()
     }
 }
@@ -74,23 +89,45 @@ async fn status(State(s): State<ApiState>) -> Response {
 
 async fn tenants(State(s): State<ApiState>) -> Response {
     let v = s.shared.view.lock().unwrap();
-    Json(TenantList { now: v.now, interval_s: v.status.interval_s, tenants: v.tenants.values().cloned().collect() })
-        .into_response()
+    Json(TenantList {
+        now: v.now,
+        interval_s: v.status.interval_s,
+        tenants: v.tenants.values().cloned().collect(),
+    })
+    .into_response()
 }
 
-async fn tenant(State(s): State<ApiState>, Path(name): Path<String>, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn tenant(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     let seconds = match q.get("seconds").map(|v| v.parse::<u64>()) {
         None => None,
         Some(Ok(n)) => Some(n as f64),
-        Some(Err(_)) => return error(StatusCode::BAD_REQUEST, "`seconds` must be a non-negative whole number"),
+        Some(Err(_)) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "`seconds` must be a non-negative whole number",
+            )
+        }
     };
     if let Some(other) = q.keys().find(|k| k.as_str() != "seconds") {
-        return error(StatusCode::BAD_REQUEST, format!("unknown query parameter `{other}`"));
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("unknown query parameter `{other}`"),
+        );
     }
     let v = s.shared.view.lock().unwrap();
-    let Some(t) = v.tenants.get(&name) else { return error(StatusCode::NOT_FOUND, format!("no tenant `{name}`")) };
+    let Some(t) = v.tenants.get(&name) else {
+        return error(StatusCode::NOT_FOUND, format!("no tenant `{name}`"));
+    };
     let since = seconds.map(|n| v.now - n).unwrap_or(f64::NEG_INFINITY);
-    let history: Vec<Point> = v.history.get(&name).map(|h| h.iter().filter(|p| p.t >= since).copied().collect()).unwrap_or_default();
+    let history: Vec<Point> = v
+        .history
+        .get(&name)
+        .map(|h| h.iter().filter(|p| p.t >= since).copied().collect())
+        .unwrap_or_default();
     let mut body = serde_json::to_value(t).expect("a tenant view serialises");
     body["history"] = serde_json::to_value(history).expect("points serialise");
     Json(body).into_response()
@@ -112,12 +149,24 @@ fn authorise(s: &ApiState, headers: &HeaderMap) -> Result<(), Response> {
             "changes need `api.token` in the config, or the unix socket (`api.unix_socket`)",
         ));
     };
-    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    let ok = given.is_some_and(|g| g.len() == token.len() && g.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0);
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let ok = given.is_some_and(|g| {
+        g.len() == token.len()
+            && g.bytes()
+                .zip(token.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    });
     if ok {
         Ok(())
     } else {
-        Err(error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token"))
+        Err(error(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong bearer token",
+        ))
     }
 }
 
@@ -125,43 +174,76 @@ fn rate_field(body: &Map<String, Value>, key: &str) -> Result<Option<Option<Rate
     match body.get(key) {
         None => Ok(None),
         Some(Value::Null) => Ok(Some(None)),
-        Some(Value::String(text)) => Rate::parse(text).map(|r| Some(Some(r))).map_err(|e| format!("`{key}`: {e}")),
-        Some(other) => Err(format!("`{key}` must be a string such as \"500 IOPS\" or null, got {other}")),
+        Some(Value::String(text)) => Rate::parse(text)
+            .map(|r| Some(Some(r)))
+            .map_err(|e| format!("`{key}`: {e}")),
+        Some(other) => Err(format!(
+            "`{key}` must be a string such as \"500 IOPS\" or null, got {other}"
+        )),
     }
 }
 
 /// Parses a PATCH body; every problem is a message for a 400.
 pub fn parse_patch(body: &[u8]) -> Result<Patch, String> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
-    let Value::Object(map) = value else { return Err("body must be a JSON object".into()) };
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
+    let Value::Object(map) = value else {
+        return Err("body must be a JSON object".into());
+    };
     if map.is_empty() {
         return Err("body names nothing to change (floor, ceiling, weight)".into());
     }
-    if let Some(k) = map.keys().find(|k| !["floor", "ceiling", "weight"].contains(&k.as_str())) {
-        return Err(format!("unknown field `{k}` (known: floor, ceiling, weight)"));
+    if let Some(k) = map
+        .keys()
+        .find(|k| !["floor", "ceiling", "weight"].contains(&k.as_str()))
+    {
+        return Err(format!(
+            "unknown field `{k}` (known: floor, ceiling, weight)"
+        ));
     }
     let weight = match map.get("weight") {
         None => None,
         Some(Value::Number(n)) => Some(n.as_f64().unwrap_or(f64::NAN)),
         Some(other) => return Err(format!("`weight` must be a number, got {other}")),
     };
-    iofloor_core::model::check_promise(None, None, weight)?;
-    Ok(Patch { floor: rate_field(&map, "floor")?, ceiling: rate_field(&map, "ceiling")?, weight })
+    iofloor_core::model::check_promise(None, None, weight).map_err(|e| e.to_string())?;
+    Ok(Patch {
+        floor: rate_field(&map, "floor")?,
+        ceiling: rate_field(&map, "ceiling")?,
+        weight,
+    })
 }
 
-async fn send<T>(s: &ApiState, make: impl FnOnce(tokio::sync::oneshot::Sender<T>) -> Command) -> Result<T, Response> {
+async fn send<T>(
+    s: &ApiState,
+    make: impl FnOnce(tokio::sync::oneshot::Sender<T>) -> Command,
+) -> Result<T, Response> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    s.commands
-        .send(make(tx))
-        .map_err(|_| error(StatusCode::SERVICE_UNAVAILABLE, "the controller is shutting down"))?;
+    s.commands.send(make(tx)).map_err(|_| {
+        error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the controller is shutting down",
+        )
+    })?;
     match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(_)) => Err(error(StatusCode::SERVICE_UNAVAILABLE, "the controller is shutting down")),
-        Err(_) => Err(error(StatusCode::SERVICE_UNAVAILABLE, "the controller did not answer in time")),
+        Ok(Err(_)) => Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the controller is shutting down",
+        )),
+        Err(_) => Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the controller did not answer in time",
+        )),
     }
 }
 
-async fn patch_tenant(State(s): State<ApiState>, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn patch_tenant(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     if let Err(r) = authorise(&s, &headers) {
         return r;
     }
@@ -169,14 +251,22 @@ async fn patch_tenant(State(s): State<ApiState>, Path(name): Path<String>, heade
         Ok(p) => p,
         Err(m) => return error(StatusCode::BAD_REQUEST, m),
     };
-    match send(&s, |reply| Command::Patch { tenant: name, patch, reply }).await {
+    match send(&s, |reply| Command::Patch {
+        tenant: name,
+        patch,
+        reply,
+    })
+    .await
+    {
         Err(r) => r,
         Ok(Ok(view)) => Json(view).into_response(),
         Ok(Err(PatchError::NotFound(m))) => error(StatusCode::NOT_FOUND, m),
         Ok(Err(PatchError::Invalid(m))) => error(StatusCode::BAD_REQUEST, m),
-        Ok(Err(PatchError::Refused { message, admission })) => {
-            (StatusCode::CONFLICT, Json(json!({ "error": message, "admission": admission }))).into_response()
-        }
+        Ok(Err(PatchError::Refused { message, admission })) => (
+            StatusCode::CONFLICT,
+            Json(json!({ "error": message, "admission": admission })),
+        )
+            .into_response(),
     }
 }
 
@@ -191,7 +281,9 @@ async fn reload(State(s): State<ApiState>, headers: HeaderMap) -> Response {
     }
 }
 
-async fn samples(State(s): State<ApiState>) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
+async fn samples(
+    State(s): State<ApiState>,
+) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
     let rx = s.shared.ticks.subscribe();
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         loop {
@@ -216,7 +308,10 @@ mod tests {
         assert_eq!(p.floor, Some(Some(Rate::Iops(500.0))));
         assert_eq!(p.weight, Some(200.0));
         assert_eq!(p.ceiling, None);
-        assert_eq!(parse_patch(br#"{"floor": null}"#).unwrap().floor, Some(None));
+        assert_eq!(
+            parse_patch(br#"{"floor": null}"#).unwrap().floor,
+            Some(None)
+        );
         for (body, needle) in [
             (&b"not json"[..], "not JSON"),
             (b"[1]", "JSON object"),

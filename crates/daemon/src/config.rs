@@ -5,10 +5,10 @@
 //! value (a ceiling below its floor, an unknown device) use the span of the
 //! table they are about. Unknown keys are errors, never ignored.
 
+use iofloor_core::policy::{FloorParams, TopThrottleParams};
 use iofloor_core::units::quantity::{DurationQ, RateQ};
 use iofloor_core::units::Rate;
 use iofloor_core::{CostModel, CostParams, PolicyKind, PolicyParams, TenantClass};
-use iofloor_core::policy::{FloorParams, TopThrottleParams};
 use iofloor_host::DevId;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -55,7 +55,11 @@ fn default_kind() -> String {
 
 impl Default for PolicySection {
     fn default() -> Self {
-        PolicySection { kind: default_kind(), floor: FloorParams::default(), top_throttle: TopThrottleParams::default() }
+        PolicySection {
+            kind: default_kind(),
+            floor: FloorParams::default(),
+            top_throttle: TopThrottleParams::default(),
+        }
     }
 }
 
@@ -201,7 +205,11 @@ fn key_at(text: &str, line: usize) -> Option<String> {
 
 /// Line (1-based) of a byte offset.
 fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+    text[..offset.min(text.len())]
+        .bytes()
+        .filter(|&b| b == b'\n')
+        .count()
+        + 1
 }
 
 impl Config {
@@ -209,15 +217,22 @@ impl Config {
         // Absolute, so a reload finds the file whatever the working directory.
         let path = &std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError { file: shown.clone(), line: None, message: e.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: shown.clone(),
+            line: None,
+            message: e.to_string(),
+        })?;
         Config::parse(&text, path)
     }
 
     /// Parses config text; `path` names it in errors and anchors relative paths.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let shown = path.display().to_string();
-        let err = |line: Option<usize>, message: String| ConfigError { file: shown.clone(), line, message };
+        let err = |line: Option<usize>, message: String| ConfigError {
+            file: shown.clone(),
+            line,
+            message,
+        };
         let file: File = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| line_of(text, s.start));
             // The parser's message says what is wrong with a value but not
@@ -230,24 +245,44 @@ impl Config {
         })?;
         let at = |span: std::ops::Range<usize>| Some(line_of(text, span.start));
         let base = path.parent().unwrap_or(Path::new("."));
-        let resolve = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+        let resolve = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
 
         let interval = file.interval.map(|d| d.0).unwrap_or(Duration::from_secs(1));
         if interval < Duration::from_millis(100) || interval > Duration::from_secs(60) {
-            let line = text.lines().position(|l| l.trim_start().starts_with("interval")).map(|i| i + 1);
-            return Err(err(line, format!("`interval` must be between 100ms and 60s, got {interval:?}")));
+            let line = text
+                .lines()
+                .position(|l| l.trim_start().starts_with("interval"))
+                .map(|i| i + 1);
+            return Err(err(
+                line,
+                format!("`interval` must be between 100ms and 60s, got {interval:?}"),
+            ));
         }
 
         let (policy_span, policy_section) = match file.policy {
             Some(p) => (p.span(), p.into_inner()),
             None => (0..0, PolicySection::default()),
         };
-        let policy: PolicyKind = policy_section
-            .kind
-            .parse()
-            .map_err(|e: iofloor_core::policy::UnknownPolicy| err(at(policy_span.clone()), format!("`policy.kind`: {e}")))?;
-        let params = PolicyParams { floor: policy_section.floor, top_throttle: policy_section.top_throttle };
-        params.validate().map_err(|m| err(at(policy_span.clone()), m))?;
+        let policy: PolicyKind =
+            policy_section
+                .kind
+                .parse()
+                .map_err(|e: iofloor_core::policy::UnknownPolicy| {
+                    err(at(policy_span.clone()), format!("`policy.kind`: {e}"))
+                })?;
+        let params = PolicyParams {
+            floor: policy_section.floor,
+            top_throttle: policy_section.top_throttle,
+        };
+        params
+            .validate()
+            .map_err(|m| err(at(policy_span.clone()), m.to_string()))?;
 
         let (api_span, api_section) = match file.api {
             Some(a) => (a.span(), a.into_inner()),
@@ -256,16 +291,30 @@ impl Config {
         let listen = match api_section.listen.as_deref().unwrap_or(DEFAULT_LISTEN) {
             "off" => None,
             addr => Some(addr.parse().map_err(|e| {
-                err(at(api_span.clone()), format!("`api.listen`: `{addr}` is not an address such as {DEFAULT_LISTEN} ({e})"))
+                err(
+                    at(api_span.clone()),
+                    format!(
+                        "`api.listen`: `{addr}` is not an address such as {DEFAULT_LISTEN} ({e})"
+                    ),
+                )
             })?),
         };
         let token = match (api_section.token, api_section.token_file) {
-            (Some(_), Some(_)) => return Err(err(at(api_span), "give `api.token` or `api.token_file`, not both".into())),
+            (Some(_), Some(_)) => {
+                return Err(err(
+                    at(api_span),
+                    "give `api.token` or `api.token_file`, not both".into(),
+                ))
+            }
             (Some(t), None) => Some(t),
             (None, Some(f)) => {
                 let f = resolve(&f);
-                let t = std::fs::read_to_string(&f)
-                    .map_err(|e| err(at(api_span.clone()), format!("`api.token_file` {}: {e}", f.display())))?;
+                let t = std::fs::read_to_string(&f).map_err(|e| {
+                    err(
+                        at(api_span.clone()),
+                        format!("`api.token_file` {}: {e}", f.display()),
+                    )
+                })?;
                 Some(t.trim().to_string())
             }
             (None, None) => None,
@@ -273,7 +322,11 @@ impl Config {
         if token.as_deref() == Some("") {
             return Err(err(at(api_span), "`api.token` must not be empty".into()));
         }
-        let api = ApiConfig { listen, unix_socket: api_section.unix_socket.map(|p| resolve(&p)), token };
+        let api = ApiConfig {
+            listen,
+            unix_socket: api_section.unix_socket.map(|p| resolve(&p)),
+            token,
+        };
 
         if file.devices.is_empty() {
             return Err(err(None, "at least one [[device]] is needed".into()));
@@ -285,14 +338,22 @@ impl Config {
             let here = format!("device[{i}]");
             let (id, path) = match (&d.path, &d.id) {
                 (Some(p), None) => {
-                    let id = DevId::of_block_device(p).map_err(|e| err(line, format!("{here} `path`: {e}")))?;
+                    let id = DevId::of_block_device(p)
+                        .map_err(|e| err(line, format!("{here} `path`: {e}")))?;
                     (id, Some(p.clone()))
                 }
                 (None, Some(text)) => {
-                    let id: DevId = text.parse().map_err(|e| err(line, format!("{here} `id`: {e}")))?;
+                    let id: DevId = text
+                        .parse()
+                        .map_err(|e| err(line, format!("{here} `id`: {e}")))?;
                     (id, None)
                 }
-                _ => return Err(err(line, format!("{here}: give exactly one of `path` and `id` (major:minor)"))),
+                _ => {
+                    return Err(err(
+                        line,
+                        format!("{here}: give exactly one of `path` and `id` (major:minor)"),
+                    ))
+                }
             };
             let model = match (d.model, d.model_file, d.calibrate) {
                 (Some(p), None, false) => {
@@ -312,9 +373,17 @@ impl Config {
                 None => id.to_string(),
             });
             if devices.iter().any(|o| o.name == name || o.id == id) {
-                return Err(err(line, format!("{here}: device `{name}` ({id}) is listed twice")));
+                return Err(err(
+                    line,
+                    format!("{here}: device `{name}` ({id}) is listed twice"),
+                ));
             }
-            devices.push(DeviceConfig { name, path, id, model });
+            devices.push(DeviceConfig {
+                name,
+                path,
+                id,
+                model,
+            });
         }
 
         let mut tenants: Vec<TenantConfig> = Vec::new();
@@ -322,7 +391,10 @@ impl Config {
             let line = at(entry.span());
             let t = entry.into_inner();
             let here = format!("tenant[{i}] `{}`", t.name);
-            if t.name.trim().is_empty() || t.name.contains(['/', '"', '\\']) || t.name.chars().any(char::is_control) {
+            if t.name.trim().is_empty()
+                || t.name.contains(['/', '"', '\\'])
+                || t.name.chars().any(char::is_control)
+            {
                 return Err(err(line, format!("tenant[{i}] `name`: must be non-empty, without `/`, quotes or control characters")));
             }
             if tenants.iter().any(|o| o.name == t.name) {
@@ -336,9 +408,22 @@ impl Config {
                     }
                     TenantSource::Cgroup(c)
                 }
-                (None, Some(q), Some(drive)) => TenantSource::Qmp { socket: resolve(Path::new(&q)).display().to_string(), drive },
-                (None, Some(_), None) => return Err(err(line, format!("{here}: `qmp` needs `drive` (the drive's id or qdev path)"))),
-                _ => return Err(err(line, format!("{here}: give either `cgroup` or `qmp` with `drive`"))),
+                (None, Some(q), Some(drive)) => TenantSource::Qmp {
+                    socket: resolve(Path::new(&q)).display().to_string(),
+                    drive,
+                },
+                (None, Some(_), None) => {
+                    return Err(err(
+                        line,
+                        format!("{here}: `qmp` needs `drive` (the drive's id or qdev path)"),
+                    ))
+                }
+                _ => {
+                    return Err(err(
+                        line,
+                        format!("{here}: give either `cgroup` or `qmp` with `drive`"),
+                    ))
+                }
             };
             let class = t.class.unwrap_or(match source {
                 TenantSource::Cgroup(_) => TenantClass::Container,
@@ -348,13 +433,24 @@ impl Config {
                 Some(name) => devices
                     .iter()
                     .position(|d| &d.name == name)
-                    .ok_or_else(|| err(line, format!("{here} `device`: no [[device]] named `{name}`")))?,
+                    .ok_or_else(|| {
+                        err(
+                            line,
+                            format!("{here} `device`: no [[device]] named `{name}`"),
+                        )
+                    })?,
                 None if devices.len() == 1 => 0,
-                None => return Err(err(line, format!("{here}: `device` is needed when there are several devices"))),
+                None => {
+                    return Err(err(
+                        line,
+                        format!("{here}: `device` is needed when there are several devices"),
+                    ))
+                }
             };
             let weight = t.weight.unwrap_or(iofloor_core::model::DEFAULT_WEIGHT);
             let (floor, ceiling) = (t.floor.map(|f| f.0), t.ceiling.map(|c| c.0));
-            iofloor_core::model::check_promise(floor, ceiling, Some(weight)).map_err(|m| err(line, format!("{here}: {m}")))?;
+            iofloor_core::model::check_promise(floor, ceiling, Some(weight))
+                .map_err(|m| err(line, format!("{here}: {m}")))?;
             tenants.push(TenantConfig {
                 name: t.name,
                 source,
@@ -370,7 +466,10 @@ impl Config {
         Ok(Config {
             file: path.to_path_buf(),
             interval,
-            state_file: file.state_file.map(|p| resolve(&p)).unwrap_or_else(|| DEFAULT_STATE_FILE.into()),
+            state_file: file
+                .state_file
+                .map(|p| resolve(&p))
+                .unwrap_or_else(|| DEFAULT_STATE_FILE.into()),
             cgroup_root: file.cgroup_root.map(|p| resolve(&p)),
             policy,
             params,
@@ -435,11 +534,17 @@ weight = 200
         assert_eq!(c.params.floor.queue_knee, Some(4.0));
         assert_eq!(c.api.token.as_deref(), Some("s3cret"));
         assert_eq!(c.devices[0].id, DevId { major: 7, minor: 0 });
-        assert_eq!(c.tenants[0].source, TenantSource::Cgroup("kubepods*/pod*".into()));
+        assert_eq!(
+            c.tenants[0].source,
+            TenantSource::Cgroup("kubepods*/pod*".into())
+        );
         assert!(c.tenants[0].source.is_glob());
         assert_eq!(c.tenants[0].class, TenantClass::Container);
         assert_eq!(c.tenants[1].class, TenantClass::Vm);
-        assert_eq!(c.tenants[1].floor, Some(Rate::BytesPerSec(10.0 * 1048576.0)));
+        assert_eq!(
+            c.tenants[1].floor,
+            Some(Rate::BytesPerSec(10.0 * 1048576.0))
+        );
         assert_eq!(c.tenants[1].weight, 200.0);
     }
 
@@ -448,7 +553,9 @@ weight = 200
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/iofloor.toml");
         let text = std::fs::read_to_string(&path).unwrap();
         // Its device does not exist here: checked by path at load time.
-        let text = text.replace("path = \"/dev/nvme0n1\"", "id = \"259:0\"").replace("token_file", "# token_file");
+        let text = text
+            .replace("path = \"/dev/nvme0n1\"", "id = \"259:0\"")
+            .replace("token_file", "# token_file");
         let c = Config::parse(&text, &path).unwrap();
         assert_eq!(c.tenants.len(), 3);
         assert_eq!(c.tenants[2].floor, Some(Rate::Cost(0.1)));
@@ -464,18 +571,27 @@ weight = 200
         let e = error_of(&GOOD.replace("floor = \"100 IOPS\"", "floor = \"100 furlongs\""));
         assert_eq!(e.file, "/etc/iofloor/test.toml");
         assert_eq!(e.line, Some(28), "{e}");
-        assert!(e.message.contains("furlongs") && e.message.contains("`tenant.floor`"), "{e}");
+        assert!(
+            e.message.contains("furlongs") && e.message.contains("`tenant.floor`"),
+            "{e}"
+        );
 
         let e = error_of(&GOOD.replace("weight = 200", "weight = 200\nwieght = 3"));
         assert!(e.message.contains("wieght"), "unknown keys are errors: {e}");
         assert_eq!(e.line, Some(37), "{e}");
 
         let e = error_of(&GOOD.replace("ceiling = \"20 MiB/s\"", "ceiling = \"5 MiB/s\""));
-        assert!(e.message.contains("tenant[1] `vm1`") && e.message.contains("below `floor`"), "{e}");
+        assert!(
+            e.message.contains("tenant[1] `vm1`") && e.message.contains("below `floor`"),
+            "{e}"
+        );
         assert_eq!(e.line, Some(30), "the line of the tenant's table: {e}");
 
         let e = error_of(&GOOD.replace("kind = \"floor\"", "kind = \"flor\""));
-        assert!(e.message.contains("policy.kind") && e.message.contains("flor"), "{e}");
+        assert!(
+            e.message.contains("policy.kind") && e.message.contains("flor"),
+            "{e}"
+        );
 
         let e = error_of(&GOOD.replace("drive = \"drive0\"\n", ""));
         assert!(e.message.contains("needs `drive`"), "{e}");

@@ -19,7 +19,10 @@ pub struct Found {
 pub enum FoundKind {
     /// Path relative to the cgroup root.
     Cgroup(PathBuf),
-    Qmp { socket: PathBuf, drive: String },
+    Qmp {
+        socket: PathBuf,
+        drive: String,
+    },
 }
 
 impl Found {
@@ -37,8 +40,15 @@ impl Found {
 fn matches(base: &Path, pattern: &str, want_dir: bool) -> Vec<(PathBuf, String)> {
     let full = base.join(pattern);
     let full_text = full.to_string_lossy().to_string();
-    let glob_text = format!("{}/{}", glob::Pattern::escape(&base.to_string_lossy()), pattern);
-    let fixed: PathBuf = Path::new(&full_text).components().take_while(|c| !c.as_os_str().to_string_lossy().contains(['*', '?', '['])).collect();
+    let glob_text = format!(
+        "{}/{}",
+        glob::Pattern::escape(&base.to_string_lossy()),
+        pattern
+    );
+    let fixed: PathBuf = Path::new(&full_text)
+        .components()
+        .take_while(|c| !c.as_os_str().to_string_lossy().contains(['*', '?', '[']))
+        .collect();
     let is_glob = pattern.contains(['*', '?', '[']);
     let candidates: Vec<PathBuf> = if is_glob {
         match glob::glob(&glob_text) {
@@ -54,12 +64,17 @@ fn matches(base: &Path, pattern: &str, want_dir: bool) -> Vec<(PathBuf, String)>
             p.is_dir()
         } else {
             use std::os::unix::fs::FileTypeExt;
-            std::fs::metadata(&p).map(|m| m.file_type().is_socket()).unwrap_or(false)
+            std::fs::metadata(&p)
+                .map(|m| m.file_type().is_socket())
+                .unwrap_or(false)
         };
         if !ok {
             continue;
         }
-        let rest = p.strip_prefix(&fixed).map(|r| r.to_string_lossy().to_string()).unwrap_or_default();
+        let rest = p
+            .strip_prefix(&fixed)
+            .map(|r| r.to_string_lossy().to_string())
+            .unwrap_or_default();
         out.push((p, rest));
     }
     out
@@ -71,12 +86,24 @@ pub fn discover(config: &Config, cgroup_root: &Path) -> Vec<Found> {
     let mut found: Vec<Found> = Vec::new();
     for (entry, t) in config.tenants.iter().enumerate() {
         let glob = t.source.is_glob();
-        let name_of = |rest: &str| if glob { format!("{}/{}", t.name, rest) } else { t.name.clone() };
+        let name_of = |rest: &str| {
+            if glob {
+                format!("{}/{}", t.name, rest)
+            } else {
+                t.name.clone()
+            }
+        };
         match &t.source {
             TenantSource::Cgroup(pattern) => {
                 for (path, rest) in matches(cgroup_root, pattern, true) {
-                    let Ok(rel) = path.strip_prefix(cgroup_root) else { continue };
-                    found.push(Found { name: name_of(&rest), entry, kind: FoundKind::Cgroup(rel.to_path_buf()) });
+                    let Ok(rel) = path.strip_prefix(cgroup_root) else {
+                        continue;
+                    };
+                    found.push(Found {
+                        name: name_of(&rest),
+                        entry,
+                        kind: FoundKind::Cgroup(rel.to_path_buf()),
+                    });
                 }
             }
             TenantSource::Qmp { socket, drive } => {
@@ -84,7 +111,10 @@ pub fn discover(config: &Config, cgroup_root: &Path) -> Vec<Found> {
                     found.push(Found {
                         name: name_of(&rest),
                         entry,
-                        kind: FoundKind::Qmp { socket: path, drive: drive.clone() },
+                        kind: FoundKind::Qmp {
+                            socket: path,
+                            drive: drive.clone(),
+                        },
                     });
                 }
             }
@@ -111,8 +141,12 @@ mod tests {
     #[test]
     fn globs_find_each_match_and_plain_paths_only_when_present() {
         let root = tempfile::tempdir().unwrap();
-        for d in ["kubepods/burstable/pod1", "kubepods/burstable/pod2", "kubepods/besteffort/pod3", "system.slice/db.service"]
-        {
+        for d in [
+            "kubepods/burstable/pod1",
+            "kubepods/burstable/pod2",
+            "kubepods/besteffort/pod3",
+            "system.slice/db.service",
+        ] {
             std::fs::create_dir_all(root.path().join(d)).unwrap();
         }
         std::fs::write(root.path().join("kubepods/burstable/podfile"), "").unwrap();
@@ -129,13 +163,32 @@ mod tests {
         let names: Vec<&str> = found.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(
             names,
-            ["db", "pods/besteffort/pod3", "pods/burstable/pod1", "pods/burstable/pod2", "vms/vm-a.qmp"],
+            [
+                "db",
+                "pods/besteffort/pod3",
+                "pods/burstable/pod1",
+                "pods/burstable/pod2",
+                "vms/vm-a.qmp"
+            ],
             "directories only, absent plain paths skipped"
         );
-        assert_eq!(found[0].kind, FoundKind::Cgroup("system.slice/db.service".into()));
-        assert_eq!(found[4].kind, FoundKind::Qmp { socket: sock.clone(), drive: "drive0".into() });
+        assert_eq!(
+            found[0].kind,
+            FoundKind::Cgroup("system.slice/db.service".into())
+        );
+        assert_eq!(
+            found[4].kind,
+            FoundKind::Qmp {
+                socket: sock.clone(),
+                drive: "drive0".into()
+            }
+        );
 
         std::fs::remove_dir(root.path().join("kubepods/burstable/pod1")).unwrap();
-        assert_eq!(discover(&c, root.path()).len(), 4, "a vanished cgroup is no longer found");
+        assert_eq!(
+            discover(&c, root.path()).len(),
+            4,
+            "a vanished cgroup is no longer found"
+        );
     }
 }

@@ -27,7 +27,10 @@ use tracing::{info, warn};
 /// set. SIGHUP reloads the config. Errors before the first interval (config,
 /// listeners, cgroups, cost models) return before anything was written.
 pub fn run(config: Config) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
     let result = runtime.block_on(serve(config));
     // Open API connections (a dashboard's event stream) must not delay exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
@@ -43,7 +46,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 
     let tcp = match config.api.listen {
         Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("`api.listen` {addr}: {e}"))?,
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("`api.listen` {addr}: {e}"))?,
         ),
         None => None,
     };
@@ -65,16 +70,26 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         tokio::task::spawn_blocking(move || Service::new(config, shared)).await??
     };
     let (tx, rx) = std::sync::mpsc::channel();
-    let control = std::thread::Builder::new().name("iofloor-control".into()).spawn(move || service.run(rx))?;
+    let control = std::thread::Builder::new()
+        .name("iofloor-control".into())
+        .spawn(move || service.run(rx))?;
     let commands = tx;
 
     if let Some(listener) = tcp {
         info!("API and dashboard on http://{}", listener.local_addr()?);
-        let app = api::router(ApiState { shared: shared.clone(), commands: commands.clone(), via_unix: false });
+        let app = api::router(ApiState {
+            shared: shared.clone(),
+            commands: commands.clone(),
+            via_unix: false,
+        });
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
     if let Some(listener) = unix {
-        let app = api::router(ApiState { shared: shared.clone(), commands: commands.clone(), via_unix: true });
+        let app = api::router(ApiState {
+            shared: shared.clone(),
+            commands: commands.clone(),
+            via_unix: true,
+        });
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
 
@@ -105,10 +120,16 @@ fn bind_unix(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener>
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
-            anyhow::bail!("`api.unix_socket` {}: exists and is not a socket", path.display());
+            anyhow::bail!(
+                "`api.unix_socket` {}: exists and is not a socket",
+                path.display()
+            );
         }
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            anyhow::bail!("`api.unix_socket` {}: another process is listening on it", path.display());
+            anyhow::bail!(
+                "`api.unix_socket` {}: another process is listening on it",
+                path.display()
+            );
         }
         warn!("removing stale socket {}", path.display());
         std::fs::remove_file(path)?;
@@ -116,8 +137,8 @@ fn bind_unix(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener>
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let listener =
-        tokio::net::UnixListener::bind(path).map_err(|e| anyhow::anyhow!("`api.unix_socket` {}: {e}", path.display()))?;
+    let listener = tokio::net::UnixListener::bind(path)
+        .map_err(|e| anyhow::anyhow!("`api.unix_socket` {}: {e}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(listener)
 }

@@ -117,34 +117,99 @@ impl Metrics {
             registry: Registry::default(),
         };
         let r = &mut m.registry;
-        r.register("iofloor_tenant_iops", "I/O operations per second over the last interval", m.iops.clone());
-        r.register("iofloor_tenant_bytes_per_second", "Bytes per second over the last interval", m.bytes.clone());
-        r.register("iofloor_tenant_cost_ratio", "Share of the device's capacity used (cost model)", m.cost.clone());
-        r.register("iofloor_tenant_latency_seconds", "Mean completion latency, where the backend reports it", m.latency.clone());
-        r.register("iofloor_tenant_floor", "The tenant's floor, in the unit of the `unit` label", m.floor.clone());
-        r.register("iofloor_tenant_floor_met", "1 if the floor was met over the last interval (docs/config.md)", m.floor_met.clone());
-        r.register("iofloor_tenant_cap_iops", "IOPS cap in force (absent when none)", m.cap_iops.clone());
-        r.register("iofloor_tenant_cap_bytes_per_second", "Bandwidth cap in force (absent when none)", m.cap_bytes.clone());
-        r.register("iofloor_tenant_throttled_seconds", "Seconds the tenant had a cap in force", m.throttled.clone());
-        r.register("iofloor_tenant_available", "1 if the tenant's counters could be read this interval", m.available.clone());
-        r.register("iofloor_device_utilisation_ratio", "Share of the interval the device had I/O in flight", m.utilisation.clone());
-        r.register("iofloor_device_queue_depth", "Mean number of I/Os in flight", m.queue.clone());
+        r.register(
+            "iofloor_tenant_iops",
+            "I/O operations per second over the last interval",
+            m.iops.clone(),
+        );
+        r.register(
+            "iofloor_tenant_bytes_per_second",
+            "Bytes per second over the last interval",
+            m.bytes.clone(),
+        );
+        r.register(
+            "iofloor_tenant_cost_ratio",
+            "Share of the device's capacity used (cost model)",
+            m.cost.clone(),
+        );
+        r.register(
+            "iofloor_tenant_latency_seconds",
+            "Mean completion latency, where the backend reports it",
+            m.latency.clone(),
+        );
+        r.register(
+            "iofloor_tenant_floor",
+            "The tenant's floor, in the unit of the `unit` label",
+            m.floor.clone(),
+        );
+        r.register(
+            "iofloor_tenant_floor_met",
+            "1 if the floor was met over the last interval (docs/config.md)",
+            m.floor_met.clone(),
+        );
+        r.register(
+            "iofloor_tenant_cap_iops",
+            "IOPS cap in force (absent when none)",
+            m.cap_iops.clone(),
+        );
+        r.register(
+            "iofloor_tenant_cap_bytes_per_second",
+            "Bandwidth cap in force (absent when none)",
+            m.cap_bytes.clone(),
+        );
+        r.register(
+            "iofloor_tenant_throttled_seconds",
+            "Seconds the tenant had a cap in force",
+            m.throttled.clone(),
+        );
+        r.register(
+            "iofloor_tenant_available",
+            "1 if the tenant's counters could be read this interval",
+            m.available.clone(),
+        );
+        r.register(
+            "iofloor_device_utilisation_ratio",
+            "Share of the interval the device had I/O in flight",
+            m.utilisation.clone(),
+        );
+        r.register(
+            "iofloor_device_queue_depth",
+            "Mean number of I/Os in flight",
+            m.queue.clone(),
+        );
         r.register(
             "iofloor_device_capacity_estimate_cost",
             "Capacity the policy believes the device has, in cost units per second",
             m.capacity.clone(),
         );
-        r.register("iofloor_tenants", "Tenants under control", m.tenants.clone());
-        r.register("iofloor_decision_duration_seconds", "Time the policy took to decide", m.decision.clone());
-        r.register("iofloor_interval_overruns", "Intervals that started late because the last one ran long", m.overruns.clone());
+        r.register(
+            "iofloor_tenants",
+            "Tenants under control",
+            m.tenants.clone(),
+        );
+        r.register(
+            "iofloor_decision_duration_seconds",
+            "Time the policy took to decide",
+            m.decision.clone(),
+        );
+        r.register(
+            "iofloor_interval_overruns",
+            "Intervals that started late because the last one ran long",
+            m.overruns.clone(),
+        );
         r.register("iofloor_ticks", "Control intervals run", m.ticks.clone());
-        r.register("iofloor_config_reloads", "Config reloads, by result", m.reloads.clone());
+        r.register(
+            "iofloor_config_reloads",
+            "Config reloads, by result",
+            m.reloads.clone(),
+        );
         m
     }
 
     pub fn encode(&self) -> String {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
         out
     }
 
@@ -159,18 +224,32 @@ impl Metrics {
     }
 
     fn labels(t: &TenantView) -> TenantLabels {
-        TenantLabels { tenant: t.name.clone(), device: t.device.clone(), class: t.class.as_str().to_string() }
+        TenantLabels {
+            tenant: t.name.clone(),
+            device: t.device.clone(),
+            class: t.class.as_str().to_string(),
+        }
     }
 
     fn dir(l: &TenantLabels, direction: DirectionLabel) -> DirLabels {
-        DirLabels { tenant: l.tenant.clone(), device: l.device.clone(), class: l.class.clone(), direction }
+        DirLabels {
+            tenant: l.tenant.clone(),
+            device: l.device.clone(),
+            class: l.class.clone(),
+            direction,
+        }
     }
 
     /// Updates a tenant's series after an interval; `dt` is the interval's length.
     pub fn tenant(&self, t: &TenantView, throttled_for: f64) {
         let l = Self::labels(t);
-        let (r, w) = (Self::dir(&l, DirectionLabel::read), Self::dir(&l, DirectionLabel::write));
-        self.available.get_or_create(&l).set(if t.available { 1.0 } else { 0.0 });
+        let (r, w) = (
+            Self::dir(&l, DirectionLabel::read),
+            Self::dir(&l, DirectionLabel::write),
+        );
+        self.available
+            .get_or_create(&l)
+            .set(if t.available { 1.0 } else { 0.0 });
         if let Some(u) = &t.usage {
             self.iops.get_or_create(&r).set(u.read_iops);
             self.iops.get_or_create(&w).set(u.write_iops);
@@ -188,18 +267,28 @@ impl Metrics {
         }
         self.remove_floor(&l);
         if let Some(f) = t.floor {
-            let fl = FloorLabels { tenant: l.tenant.clone(), device: l.device.clone(), class: l.class.clone(), unit: unit_label(f).into() };
+            let fl = FloorLabels {
+                tenant: l.tenant.clone(),
+                device: l.device.clone(),
+                class: l.class.clone(),
+                unit: unit_label(f).into(),
+            };
             self.floor.get_or_create(&fl).set(f.value());
         }
         match t.floor_met {
             Some(met) => {
-                self.floor_met.get_or_create(&l).set(if met { 1.0 } else { 0.0 });
+                self.floor_met
+                    .get_or_create(&l)
+                    .set(if met { 1.0 } else { 0.0 });
             }
             None => {
                 self.floor_met.remove(&l);
             }
         }
-        for (labels, iops, bps) in [(&r, t.caps.read_iops, t.caps.read_bps), (&w, t.caps.write_iops, t.caps.write_bps)] {
+        for (labels, iops, bps) in [
+            (&r, t.caps.read_iops, t.caps.read_bps),
+            (&w, t.caps.write_iops, t.caps.write_bps),
+        ] {
             match iops {
                 Some(v) => {
                     self.cap_iops.get_or_create(labels).set(v);
@@ -222,7 +311,12 @@ impl Metrics {
 
     fn remove_floor(&self, l: &TenantLabels) {
         for unit in ["iops", "bytes_per_second", "cost"] {
-            self.floor.remove(&FloorLabels { tenant: l.tenant.clone(), device: l.device.clone(), class: l.class.clone(), unit: unit.into() });
+            self.floor.remove(&FloorLabels {
+                tenant: l.tenant.clone(),
+                device: l.device.clone(),
+                class: l.class.clone(),
+                unit: unit.into(),
+            });
         }
     }
 
@@ -244,9 +338,22 @@ impl Metrics {
         self.remove_floor(&l);
     }
 
-    pub fn device(&self, device: &str, utilisation: Option<f64>, queue: Option<f64>, capacity: Option<f64>, tenants: usize) {
-        let l = DeviceLabels { device: device.to_string() };
-        for (family, value) in [(&self.utilisation, utilisation), (&self.queue, queue), (&self.capacity, capacity)] {
+    pub fn device(
+        &self,
+        device: &str,
+        utilisation: Option<f64>,
+        queue: Option<f64>,
+        capacity: Option<f64>,
+        tenants: usize,
+    ) {
+        let l = DeviceLabels {
+            device: device.to_string(),
+        };
+        for (family, value) in [
+            (&self.utilisation, utilisation),
+            (&self.queue, queue),
+            (&self.capacity, capacity),
+        ] {
             match value {
                 Some(v) => {
                     family.get_or_create(&l).set(v);
@@ -268,7 +375,11 @@ impl Metrics {
     }
 
     pub fn reload(&self, ok: bool) {
-        self.reloads.get_or_create(&ReloadLabels { result: if ok { "ok" } else { "refused" }.into() }).inc();
+        self.reloads
+            .get_or_create(&ReloadLabels {
+                result: if ok { "ok" } else { "refused" }.into(),
+            })
+            .inc();
     }
 }
 
@@ -286,7 +397,9 @@ fn classic_from_openmetrics(text: &str) -> String {
         let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
             let rest = line.strip_prefix(prefix)?;
             let (name, tail) = rest.split_once(' ')?;
-            counters.contains(name).then(|| format!("{prefix}{name}_total {tail}"))
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
         });
         out.push_str(renamed.as_deref().unwrap_or(line));
         out.push('\n');
@@ -303,9 +416,18 @@ mod tests {
         let m = Metrics::new();
         m.tick(0.001, true);
         let classic = m.encode_classic();
-        assert!(classic.contains("# TYPE iofloor_ticks_total counter\niofloor_ticks_total 1\n"), "{classic}");
-        assert!(classic.contains("# HELP iofloor_interval_overruns_total "), "{classic}");
-        assert!(classic.contains("# TYPE iofloor_decision_duration_seconds histogram"), "{classic}");
+        assert!(
+            classic.contains("# TYPE iofloor_ticks_total counter\niofloor_ticks_total 1\n"),
+            "{classic}"
+        );
+        assert!(
+            classic.contains("# HELP iofloor_interval_overruns_total "),
+            "{classic}"
+        );
+        assert!(
+            classic.contains("# TYPE iofloor_decision_duration_seconds histogram"),
+            "{classic}"
+        );
         assert!(!classic.contains("# EOF"));
         assert!(m.encode().ends_with("# EOF\n"));
     }

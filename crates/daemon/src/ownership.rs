@@ -15,9 +15,18 @@ use std::path::{Path, PathBuf};
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Original {
     /// A cgroup's blk-throttle (v1) or io.max (v2) limits on one device.
-    Cgroup { root: PathBuf, cgroup: PathBuf, device: DevId, caps: Caps },
+    Cgroup {
+        root: PathBuf,
+        cgroup: PathBuf,
+        device: DevId,
+        caps: Caps,
+    },
     /// A guest drive's QEMU throttle fields (as `query-block` shows them).
-    Qmp { socket: PathBuf, drive: String, limits: serde_json::Value },
+    Qmp {
+        socket: PathBuf,
+        drive: String,
+        limits: serde_json::Value,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,8 +57,8 @@ impl Ownership {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => anyhow::bail!("{}: {e}", path.display()),
         };
-        let state: StateFile =
-            serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: not an iofloor state file ({e})", path.display()))?;
+        let state: StateFile = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}: not an iofloor state file ({e})", path.display()))?;
         Ok(Some((state.pid, state.entries)))
     }
 
@@ -58,17 +67,24 @@ impl Ownership {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
         }
-        let o = Ownership { path: path.to_path_buf(), entries: Vec::new() };
+        let o = Ownership {
+            path: path.to_path_buf(),
+            entries: Vec::new(),
+        };
         o.save()?;
         Ok(o)
     }
 
     fn save(&self) -> anyhow::Result<()> {
-        let state = StateFile { pid: std::process::id(), entries: self.entries.clone() };
+        let state = StateFile {
+            pid: std::process::id(),
+            entries: self.entries.clone(),
+        };
         let tmp = self.path.with_extension("tmp");
         let text = serde_json::to_string_pretty(&state)?;
         std::fs::write(&tmp, text).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, &self.path).map_err(|e| anyhow::anyhow!("{}: {e}", self.path.display()))?;
+        std::fs::rename(&tmp, &self.path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", self.path.display()))?;
         Ok(())
     }
 
@@ -123,7 +139,10 @@ mod tests {
                 root: "/sys/fs/cgroup/blkio".into(),
                 cgroup: "a".into(),
                 device: DevId { major: 7, minor: 0 },
-                caps: Caps { read_iops: Some(50.0), ..Caps::NONE },
+                caps: Caps {
+                    read_iops: Some(50.0),
+                    ..Caps::NONE
+                },
             },
         };
         o.record(entry.clone()).unwrap();
@@ -134,6 +153,9 @@ mod tests {
         o.finish().unwrap();
         assert!(!path.exists());
         std::fs::write(&path, "{garbage").unwrap();
-        assert!(Ownership::leftovers(&path).unwrap_err().to_string().contains("not an iofloor state file"));
+        assert!(Ownership::leftovers(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("not an iofloor state file"));
     }
 }

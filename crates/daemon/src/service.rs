@@ -13,9 +13,13 @@ use crate::config::{Config, DeviceConfig, ModelSource, TenantConfig};
 use crate::discovery::{discover, Found, FoundKind};
 use crate::metrics::Metrics;
 use crate::ownership::{Entry, Original, Ownership};
-use crate::view::{AdmissionView, DeviceState, Point, Reload, SourceKind, Status, TenantView, UsageView, View};
+use crate::view::{
+    AdmissionView, DeviceState, Point, Reload, SourceKind, Status, TenantView, UsageView, View,
+};
 use iofloor_core::units::Rate;
-use iofloor_core::{admission, Caps, Controller, CostModel, DirUsage, PolicyContext, TenantSpec, Usage};
+use iofloor_core::{
+    admission, Caps, Controller, CostModel, DirUsage, PolicyContext, TenantSpec, Usage,
+};
 use iofloor_host::qmp_backend::{HybridBackend, QmpBackend, QmpTarget};
 use iofloor_host::{CgroupBackend, DevId, HostError};
 use std::collections::{BTreeMap, HashMap};
@@ -41,14 +45,23 @@ pub struct Patch {
 pub enum PatchError {
     NotFound(String),
     Invalid(String),
-    Refused { message: String, admission: AdmissionView },
+    Refused {
+        message: String,
+        admission: AdmissionView,
+    },
 }
 
 pub type Reply<T> = tokio::sync::oneshot::Sender<T>;
 
 pub enum Command {
-    Patch { tenant: String, patch: Patch, reply: Reply<Result<TenantView, PatchError>> },
-    Reload { reply: Option<Reply<Result<String, String>>> },
+    Patch {
+        tenant: String,
+        patch: Patch,
+        reply: Reply<Result<TenantView, PatchError>>,
+    },
+    Reload {
+        reply: Option<Reply<Result<String, String>>>,
+    },
     Shutdown,
 }
 
@@ -113,7 +126,11 @@ pub fn cgroup_root(config: &Config) -> anyhow::Result<PathBuf> {
         iofloor_host::cgroup::detect(root).map_err(|e| anyhow::anyhow!("`cgroup_root`: {e}"))?;
         return Ok(root.clone());
     }
-    for root in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/blkio"] {
+    for root in [
+        "/sys/fs/cgroup",
+        "/sys/fs/cgroup/unified",
+        "/sys/fs/cgroup/blkio",
+    ] {
         if iofloor_host::cgroup::detect(Path::new(root)).is_ok() {
             return Ok(root.into());
         }
@@ -127,11 +144,21 @@ fn cost_model(device: &DeviceConfig, work: &Path) -> anyhow::Result<(CostModel, 
         ModelSource::File(f) => iofloor_bench::calibrate::ModelFile::load(f)
             .map_err(|e| anyhow::anyhow!("device `{}`: {e}", device.name))?,
         ModelSource::Calibrate => {
-            let path = device.path.clone().ok_or_else(|| anyhow::anyhow!("device `{}`: calibrate needs `path`", device.name))?;
+            let path = device.path.clone().ok_or_else(|| {
+                anyhow::anyhow!("device `{}`: calibrate needs `path`", device.name)
+            })?;
             info!(device = %device.name, "calibrating the cost model (writes to the device)");
-            let c = iofloor_bench::calibrate::calibrate(&path, work, 5.0, &|step| info!(device = %path.display(), "{step}"))
-                .map_err(|e| anyhow::anyhow!("device `{}`: calibration failed: {e}", device.name))?;
-            (CostModel::new(c.params).map_err(|e| anyhow::anyhow!("{e}"))?, Some(c.queue_knee))
+            let c = iofloor_bench::calibrate::calibrate(
+                &path,
+                work,
+                5.0,
+                &|step| info!(device = %path.display(), "{step}"),
+            )
+            .map_err(|e| anyhow::anyhow!("device `{}`: calibration failed: {e}", device.name))?;
+            (
+                CostModel::new(c.params).map_err(|e| anyhow::anyhow!("{e}"))?,
+                Some(c.queue_knee),
+            )
         }
     })
 }
@@ -142,7 +169,10 @@ fn cost_model(device: &DeviceConfig, work: &Path) -> anyhow::Result<(CostModel, 
 /// ejected medium stays with size 0).
 fn device_present(d: &DeviceConfig) -> bool {
     if let Some(p) = &d.path {
-        if DevId::of_block_device(p).map(|id| id != d.id).unwrap_or(true) {
+        if DevId::of_block_device(p)
+            .map(|id| id != d.id)
+            .unwrap_or(true)
+        {
             return false;
         }
     }
@@ -159,8 +189,16 @@ fn build_device(config: &Config, d: &DeviceConfig, root: &Path) -> anyhow::Resul
     if params.floor.queue_knee.is_none() {
         params.floor.queue_knee = knee;
     }
-    let policy = iofloor_core::build_policy(config.policy, &params, PolicyContext { cost, capacity: 1.0 });
-    let io = iofloor_host::cgroup::controller(root, d.id).map_err(|e| anyhow::anyhow!("device `{}`: {e}", d.name))?;
+    let policy = iofloor_core::build_policy(
+        config.policy,
+        &params,
+        PolicyContext {
+            cost,
+            capacity: 1.0,
+        },
+    );
+    let io = iofloor_host::cgroup::controller(root, d.id)
+        .map_err(|e| anyhow::anyhow!("device `{}`: {e}", d.name))?;
     let backend = HybridBackend {
         cgroups: CgroupBackend::new(io, Some(iofloor_host::diskstats::DiskStats::proc(d.id))),
         qmp: QmpBackend::new(QMP_TIMEOUT),
@@ -173,7 +211,11 @@ fn build_device(config: &Config, d: &DeviceConfig, root: &Path) -> anyhow::Resul
         present: true,
         state: DeviceState {
             device: d.id.to_string(),
-            path: d.path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            path: d
+                .path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
             utilisation: None,
             avg_queue: None,
             capacity_estimate: None,
@@ -184,8 +226,16 @@ fn build_device(config: &Config, d: &DeviceConfig, root: &Path) -> anyhow::Resul
 /// A mix to price floors with before a tenant has done any I/O: 4 KiB
 /// random, half reads, half writes.
 fn assumed_mix() -> Usage {
-    let half = DirUsage { ios: 0.5, bytes: 2048.0, seq_ios: 0.0 };
-    Usage { read: half, write: half, latency_us: None }
+    let half = DirUsage {
+        ios: 0.5,
+        bytes: 2048.0,
+        seq_ios: 0.0,
+    };
+    Usage {
+        read: half,
+        write: half,
+        latency_us: None,
+    }
 }
 
 fn spec_of(t: &TenantConfig, name: &str, patch: Option<&Patch>) -> TenantSpec {
@@ -218,21 +268,31 @@ fn apply_patch(spec: &mut TenantSpec, p: &Patch) {
 /// Restores limits a previous run left behind (after a crash). Errors are
 /// logged; an object that is gone has nothing to restore.
 pub fn restore_leftovers(path: &Path) -> anyhow::Result<usize> {
-    let Some((pid, entries)) = Ownership::leftovers(path)? else { return Ok(0) };
+    let Some((pid, entries)) = Ownership::leftovers(path)? else {
+        return Ok(0);
+    };
     if pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists() {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         if comm.trim() == "iofloor" {
-            anyhow::bail!("{}: another iofloor (pid {pid}) is running with this state file", path.display());
+            anyhow::bail!(
+                "{}: another iofloor (pid {pid}) is running with this state file",
+                path.display()
+            );
         }
     }
     let mut restored = 0;
     for e in &entries {
         match restore(&e.tenant, &e.original, None) {
             Ok(()) => restored += 1,
-            Err(err) => warn!(tenant = %e.tenant, "could not restore limits left by pid {pid}: {err}"),
+            Err(err) => {
+                warn!(tenant = %e.tenant, "could not restore limits left by pid {pid}: {err}")
+            }
         }
     }
-    info!("restored the limits of {restored} of {} tenants left by a previous run (pid {pid})", entries.len());
+    info!(
+        "restored the limits of {restored} of {} tenants left by a previous run (pid {pid})",
+        entries.len()
+    );
     std::fs::remove_file(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(restored)
 }
@@ -241,14 +301,23 @@ pub fn restore_leftovers(path: &Path) -> anyhow::Result<usize> {
 /// connected to that monitor (a QMP socket serves one client at a time).
 fn restore(tenant: &str, original: &Original, qmp: Option<&mut QmpBackend>) -> anyhow::Result<()> {
     match original {
-        Original::Cgroup { root, cgroup, device, caps } => {
+        Original::Cgroup {
+            root,
+            cgroup,
+            device,
+            caps,
+        } => {
             if !root.join(cgroup).is_dir() {
                 return Ok(());
             }
             let io = iofloor_host::cgroup::controller(root, *device)?;
             io.set_caps(cgroup, caps)?;
         }
-        Original::Qmp { socket, drive, limits } => {
+        Original::Qmp {
+            socket,
+            drive,
+            limits,
+        } => {
             if !socket.exists() {
                 return Ok(());
             }
@@ -262,7 +331,8 @@ fn restore(tenant: &str, original: &Original, qmp: Option<&mut QmpBackend>) -> a
             };
             match result {
                 // A stale socket of a QEMU that is gone: its throttle went with it.
-                Err(HostError::Io { source, .. }) if source.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                Err(HostError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::ConnectionRefused => {}
                 other => other?,
             }
         }
@@ -276,7 +346,11 @@ impl Service {
     pub fn new(config: Config, shared: Arc<Shared>) -> anyhow::Result<Service> {
         let root = cgroup_root(&config)?;
         restore_leftovers(&config.state_file)?;
-        let devices = config.devices.iter().map(|d| build_device(&config, d, &root)).collect::<anyhow::Result<Vec<_>>>()?;
+        let devices = config
+            .devices
+            .iter()
+            .map(|d| build_device(&config, d, &root))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let ownership = Ownership::create(&config.state_file)?;
         *shared.token.lock().unwrap() = config.api.token.clone();
         let mut s = Service {
@@ -326,7 +400,11 @@ impl Service {
             let wait = next.saturating_duration_since(Instant::now());
             match commands.recv_timeout(wait) {
                 Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
-                Ok(Command::Patch { tenant, patch, reply }) => {
+                Ok(Command::Patch {
+                    tenant,
+                    patch,
+                    reply,
+                }) => {
                     let _ = reply.send(self.patch(&tenant, patch));
                 }
                 Ok(Command::Reload { reply }) => {
@@ -341,7 +419,10 @@ impl Service {
                     let overrun = next < Instant::now();
                     if overrun {
                         self.overruns += 1;
-                        warn!("interval overrun: the control loop ran longer than {:?}", self.config.interval);
+                        warn!(
+                            "interval overrun: the control loop ran longer than {:?}",
+                            self.config.interval
+                        );
                         next = Instant::now() + self.config.interval;
                     }
                     self.shared.metrics.tick(decision.as_secs_f64(), overrun);
@@ -371,7 +452,9 @@ impl Service {
     /// Stops controlling a tenant and restores its original limits; false
     /// if they could not be restored (kept in the state file).
     fn release(&mut self, name: &str) -> bool {
-        let Some(t) = self.tenants.remove(name) else { return true };
+        let Some(t) = self.tenants.remove(name) else {
+            return true;
+        };
         let d = &mut self.devices[t.device];
         d.controller.remove_tenant(name);
         let restored = match self.ownership.get(name).map(|e| e.original.clone()) {
@@ -413,7 +496,12 @@ impl Service {
         let d = &mut self.devices[device];
         let original = match &found.kind {
             FoundKind::Cgroup(rel) => match d.backend.cgroups.controller().caps(rel) {
-                Ok(caps) => Original::Cgroup { root: self.cgroup_root.clone(), cgroup: rel.clone(), device: d.config.id, caps },
+                Ok(caps) => Original::Cgroup {
+                    root: self.cgroup_root.clone(),
+                    cgroup: rel.clone(),
+                    device: d.config.id,
+                    caps,
+                },
                 Err(e) => {
                     // Gone between discovery and now, or its limits unreadable:
                     // never written to; found again next interval.
@@ -422,9 +510,17 @@ impl Service {
                 }
             },
             FoundKind::Qmp { socket, drive } => {
-                d.backend.qmp.add_tenant(&found.name, socket, QmpTarget::Drive { id: drive.clone() });
+                d.backend.qmp.add_tenant(
+                    &found.name,
+                    socket,
+                    QmpTarget::Drive { id: drive.clone() },
+                );
                 match d.backend.qmp.drive_throttle(&found.name) {
-                    Ok(limits) => Original::Qmp { socket: socket.clone(), drive: drive.clone(), limits },
+                    Ok(limits) => Original::Qmp {
+                        socket: socket.clone(),
+                        drive: drive.clone(),
+                        limits,
+                    },
                     Err(e) => {
                         d.backend.qmp.remove_tenant(&found.name);
                         self.log_error(&found.name, &format!("cannot adopt: {e}"));
@@ -433,7 +529,10 @@ impl Service {
                 }
             }
         };
-        if let Err(e) = self.ownership.record(Entry { tenant: found.name.clone(), original }) {
+        if let Err(e) = self.ownership.record(Entry {
+            tenant: found.name.clone(),
+            original,
+        }) {
             warn!(tenant = %found.name, "not adopted, the state file cannot be written: {e}");
             d.backend.qmp.remove_tenant(&found.name);
             return;
@@ -465,7 +564,10 @@ impl Service {
 
     /// Logs a tenant that cannot be adopted once, not every interval.
     fn log_error(&mut self, name: &str, message: &str) {
-        match self.failed_adoptions.insert(name.to_string(), message.to_string()) {
+        match self
+            .failed_adoptions
+            .insert(name.to_string(), message.to_string())
+        {
             None => warn!(tenant = %name, "{message}; retried each interval"),
             Some(old) if old != message => debug!(tenant = %name, "still failing: {message}"),
             Some(_) => {}
@@ -475,13 +577,20 @@ impl Service {
     /// Finds tenants, adopts new ones, drops vanished ones.
     fn reconcile(&mut self) {
         let found = discover(&self.config, &self.cgroup_root);
-        let present: std::collections::HashSet<&str> = found.iter().map(|f| f.name.as_str()).collect();
-        let gone: Vec<String> = self.tenants.keys().filter(|n| !present.contains(n.as_str())).cloned().collect();
+        let present: std::collections::HashSet<&str> =
+            found.iter().map(|f| f.name.as_str()).collect();
+        let gone: Vec<String> = self
+            .tenants
+            .keys()
+            .filter(|n| !present.contains(n.as_str()))
+            .cloned()
+            .collect();
         for name in gone {
             info!(tenant = %name, "gone; dropped");
             self.release(&name);
         }
-        self.failed_adoptions.retain(|n, _| present.contains(n.as_str()));
+        self.failed_adoptions
+            .retain(|n, _| present.contains(n.as_str()));
         for f in found {
             let moved = self.tenants.get(&f.name).is_some_and(|t| t.found != f);
             if moved {
@@ -498,7 +607,10 @@ impl Service {
     fn tick(&mut self, now: Duration) -> Duration {
         self.reconcile();
         self.ticks += 1;
-        let dt = self.last_tick.map(|t| now.saturating_sub(t).as_secs_f64()).unwrap_or(0.0);
+        let dt = self
+            .last_tick
+            .map(|t| now.saturating_sub(t).as_secs_f64())
+            .unwrap_or(0.0);
         self.last_tick = Some(now);
         let mut decision = Duration::ZERO;
         for di in 0..self.devices.len() {
@@ -529,10 +641,16 @@ impl Service {
             d.state.avg_queue = report.device.map(|s| s.avg_queue);
             d.state.capacity_estimate = d.controller.capacity_estimate();
             let contended = contended(&self.config, &d.state);
-            let errors: HashMap<&str, &str> = report.errors.iter().map(|(n, e)| (n.as_str(), e.as_str())).collect();
+            let errors: HashMap<&str, &str> = report
+                .errors
+                .iter()
+                .map(|(n, e)| (n.as_str(), e.as_str()))
+                .collect();
             for sample in &report.samples {
                 let name = sample.spec.name.as_str();
-                let Some(t) = self.tenants.get_mut(name) else { continue };
+                let Some(t) = self.tenants.get_mut(name) else {
+                    continue;
+                };
                 if !t.caps.is_unlimited() {
                     t.throttled_for = dt;
                     t.throttled_seconds += dt;
@@ -540,7 +658,10 @@ impl Service {
                     t.throttled_for = 0.0;
                 }
                 t.caps = d.controller.caps_of(name).unwrap_or(Caps::NONE);
-                t.usage = sample.usage.as_ref().map(|u| UsageView::new(u, d.cost.cost_rate(u)));
+                t.usage = sample
+                    .usage
+                    .as_ref()
+                    .map(|u| UsageView::new(u, d.cost.cost_rate(u)));
                 if let Some(u) = sample.usage.filter(|u| !u.is_idle()) {
                     t.last_mix = Some(u);
                 }
@@ -549,7 +670,9 @@ impl Service {
                     Some(e) => {
                         // Once when it starts failing, not every interval.
                         match &t.error {
-                            None => warn!(tenant = %name, "{e}; skipped until it recovers, retried each interval"),
+                            None => {
+                                warn!(tenant = %name, "{e}; skipped until it recovers, retried each interval")
+                            }
                             Some(old) if old != e => debug!(tenant = %name, "still failing: {e}"),
                             Some(_) => {}
                         }
@@ -579,7 +702,13 @@ impl Service {
         let devices: Vec<DeviceState> = self.devices.iter().map(|d| d.state.clone()).collect();
         for (di, d) in self.devices.iter().enumerate() {
             let n = self.tenants.values().filter(|t| t.device == di).count();
-            self.shared.metrics.device(&d.state.device, d.state.utilisation, d.state.avg_queue, d.state.capacity_estimate, n);
+            self.shared.metrics.device(
+                &d.state.device,
+                d.state.utilisation,
+                d.state.avg_queue,
+                d.state.capacity_estimate,
+                n,
+            );
         }
         let admission = self.admission(None);
         let views: Vec<TenantView> = self.tenants.values().map(|t| self.tenant_view(t)).collect();
@@ -594,13 +723,24 @@ impl Service {
         view.status.last_reload = self.last_reload.clone();
         view.admission = admission;
         for v in views {
-            let throttled_for = self.tenants.get(&v.name).map(|t| t.throttled_for).unwrap_or(0.0);
+            let throttled_for = self
+                .tenants
+                .get(&v.name)
+                .map(|t| t.throttled_for)
+                .unwrap_or(0.0);
             self.shared.metrics.tenant(&v, throttled_for);
             if let Some(u) = &v.usage {
                 let capped = !v.caps.is_unlimited();
                 view.push_point(
                     &v.name,
-                    Point { t: t_now, iops: u.iops, bytes_per_sec: u.bytes_per_sec, cost: u.cost, latency_us: u.latency_us, capped },
+                    Point {
+                        t: t_now,
+                        iops: u.iops,
+                        bytes_per_sec: u.bytes_per_sec,
+                        cost: u.cost,
+                        latency_us: u.latency_us,
+                        capped,
+                    },
                 );
             }
             view.tenants.insert(v.name.clone(), v);
@@ -657,7 +797,8 @@ impl Service {
                         (spec, mix)
                     })
                     .collect();
-                let rows: Vec<(&TenantSpec, Option<Usage>)> = specs.iter().map(|(s, m)| (s, Some(*m))).collect();
+                let rows: Vec<(&TenantSpec, Option<Usage>)> =
+                    specs.iter().map(|(s, m)| (s, Some(*m))).collect();
                 let usable = self.config.params.floor.target_utilisation
                     * d.controller.capacity_estimate().unwrap_or(1.0);
                 AdmissionView::new(&d.state.device, &admission::check(&d.cost, usable, &rows))
@@ -668,10 +809,14 @@ impl Service {
     /// A floor, ceiling or weight change from the API: checked, refused if
     /// the floors would no longer fit, else in force from the next interval.
     fn patch(&mut self, name: &str, patch: Patch) -> Result<TenantView, PatchError> {
-        let t = self.tenants.get(name).ok_or_else(|| PatchError::NotFound(format!("no tenant `{name}`")))?;
+        let t = self
+            .tenants
+            .get(name)
+            .ok_or_else(|| PatchError::NotFound(format!("no tenant `{name}`")))?;
         let mut spec = (*t.spec).clone();
         apply_patch(&mut spec, &patch);
-        spec.check_promise().map_err(PatchError::Invalid)?;
+        spec.check_promise()
+            .map_err(|e| PatchError::Invalid(e.to_string()))?;
         let raises_floor = match (t.spec.floor, spec.floor) {
             (_, None) => false,
             (None, Some(_)) => true,
@@ -679,7 +824,11 @@ impl Service {
         };
         if raises_floor {
             let verdicts = self.admission(Some(&spec));
-            if let Some(v) = verdicts.into_iter().nth(t.device).filter(|v| v.total_floor_cost > v.usable_capacity * (1.0 + 1e-9)) {
+            if let Some(v) = verdicts
+                .into_iter()
+                .nth(t.device)
+                .filter(|v| v.total_floor_cost > v.usable_capacity * (1.0 + 1e-9))
+            {
                 return Err(PatchError::Refused {
                     message: format!("refused: the new floor does not fit: {}", v.summary),
                     admission: v,
@@ -703,7 +852,12 @@ impl Service {
         }
         info!(tenant = %name, floor = ?t.spec.floor, ceiling = ?t.spec.ceiling, weight = t.spec.weight, "changed through the API");
         let view = self.tenant_view(&self.tenants[name]);
-        self.shared.view.lock().unwrap().tenants.insert(name.to_string(), view.clone());
+        self.shared
+            .view
+            .lock()
+            .unwrap()
+            .tenants
+            .insert(name.to_string(), view.clone());
         Ok(view)
     }
 
@@ -711,29 +865,34 @@ impl Service {
     /// needs a restart, is refused and the running config stays.
     fn reload(&mut self) -> Result<String, String> {
         let at = self.started.elapsed().as_secs_f64();
-        let result = Config::load(&self.config.file).map_err(|e| e.to_string()).and_then(|new| {
-            let old = &self.config;
-            let mut needs_restart = Vec::new();
-            if new.devices != old.devices {
-                needs_restart.push("[[device]]");
-            }
-            if new.cgroup_root != old.cgroup_root {
-                needs_restart.push("cgroup_root");
-            }
-            if new.state_file != old.state_file {
-                needs_restart.push("state_file");
-            }
-            if new.api.listen != old.api.listen || new.api.unix_socket != old.api.unix_socket {
-                needs_restart.push("api.listen / api.unix_socket");
-            }
-            if new.policy != old.policy || new.params != old.params {
-                needs_restart.push("[policy]");
-            }
-            if !needs_restart.is_empty() {
-                return Err(format!("changing {} needs a restart", needs_restart.join(", ")));
-            }
-            Ok(new)
-        });
+        let result = Config::load(&self.config.file)
+            .map_err(|e| e.to_string())
+            .and_then(|new| {
+                let old = &self.config;
+                let mut needs_restart = Vec::new();
+                if new.devices != old.devices {
+                    needs_restart.push("[[device]]");
+                }
+                if new.cgroup_root != old.cgroup_root {
+                    needs_restart.push("cgroup_root");
+                }
+                if new.state_file != old.state_file {
+                    needs_restart.push("state_file");
+                }
+                if new.api.listen != old.api.listen || new.api.unix_socket != old.api.unix_socket {
+                    needs_restart.push("api.listen / api.unix_socket");
+                }
+                if new.policy != old.policy || new.params != old.params {
+                    needs_restart.push("[policy]");
+                }
+                if !needs_restart.is_empty() {
+                    return Err(format!(
+                        "changing {} needs a restart",
+                        needs_restart.join(", ")
+                    ));
+                }
+                Ok(new)
+            });
         let outcome = match result {
             Ok(new) => {
                 *self.shared.token.lock().unwrap() = new.api.token.clone();
@@ -744,9 +903,17 @@ impl Service {
                 for name in names {
                     let t = &self.tenants[&name];
                     let old_entry = &old_entries.tenants[t.found.entry];
-                    match self.config.tenants.iter().position(|e| e.name == old_entry.name && e.source == old_entry.source && e.device == old_entry.device) {
+                    match self.config.tenants.iter().position(|e| {
+                        e.name == old_entry.name
+                            && e.source == old_entry.source
+                            && e.device == old_entry.device
+                    }) {
                         Some(i) => {
-                            let spec = Arc::new(spec_of(&self.config.tenants[i], &name, self.overrides.get(&name)));
+                            let spec = Arc::new(spec_of(
+                                &self.config.tenants[i],
+                                &name,
+                                self.overrides.get(&name),
+                            ));
                             let t = self.tenants.get_mut(&name).expect("listed above");
                             t.found.entry = i;
                             self.devices[t.device].controller.update_spec(spec.clone());
@@ -784,7 +951,9 @@ impl Service {
 /// Whether the device is contended: busy beyond the policy's border and,
 /// where the queue knee is known, queueing beyond it.
 fn contended(config: &Config, state: &DeviceState) -> bool {
-    let busy = state.utilisation.is_some_and(|u| u >= config.params.floor.border);
+    let busy = state
+        .utilisation
+        .is_some_and(|u| u >= config.params.floor.border);
     let queued = match (config.params.floor.queue_knee, state.avg_queue) {
         (Some(knee), Some(q)) => q > knee,
         _ => true,
@@ -823,12 +992,31 @@ mod tests {
     fn a_floor_is_met_by_use_or_by_spare_capacity() {
         let spec = TenantSpec::new("t", TenantClass::Container).with_floor(Rate::Iops(100.0));
         assert_eq!(floor_met(&spec, Some(&usage(96.0)), true), Some(true));
-        assert_eq!(floor_met(&spec, Some(&usage(90.0)), true), Some(false), "short on a contended device");
-        assert_eq!(floor_met(&spec, Some(&usage(10.0)), false), Some(true), "asked for less");
+        assert_eq!(
+            floor_met(&spec, Some(&usage(90.0)), true),
+            Some(false),
+            "short on a contended device"
+        );
+        assert_eq!(
+            floor_met(&spec, Some(&usage(10.0)), false),
+            Some(true),
+            "asked for less"
+        );
         assert_eq!(floor_met(&spec, None, true), None);
-        assert_eq!(floor_met(&TenantSpec::new("u", TenantClass::Vm), Some(&usage(1.0)), true), None);
+        assert_eq!(
+            floor_met(
+                &TenantSpec::new("u", TenantClass::Vm),
+                Some(&usage(1.0)),
+                true
+            ),
+            None
+        );
         let bw = TenantSpec::new("b", TenantClass::Vm).with_floor(Rate::BytesPerSec(400_000.0));
-        assert_eq!(floor_met(&bw, Some(&usage(100.0)), true), Some(true), "409,600 B/s ≥ 95 % of 400,000");
+        assert_eq!(
+            floor_met(&bw, Some(&usage(100.0)), true),
+            Some(true),
+            "409,600 B/s ≥ 95 % of 400,000"
+        );
     }
 
     #[test]
@@ -842,10 +1030,16 @@ mod tests {
             avg_queue: Some(q),
             capacity_estimate: None,
         };
-        assert!(contended(&config, &state(0.95, 1.0)), "no knee: busy is contended");
+        assert!(
+            contended(&config, &state(0.95, 1.0)),
+            "no knee: busy is contended"
+        );
         assert!(!contended(&config, &state(0.5, 30.0)));
         config.params.floor.queue_knee = Some(4.0);
-        assert!(!contended(&config, &state(1.0, 2.0)), "busy but short queue");
+        assert!(
+            !contended(&config, &state(1.0, 2.0)),
+            "busy but short queue"
+        );
         assert!(contended(&config, &state(1.0, 8.0)));
     }
 }

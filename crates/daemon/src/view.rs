@@ -121,7 +121,11 @@ impl AdmissionView {
             tenants: v
                 .tenants
                 .iter()
-                .map(|t| AdmissionRow { name: t.name.clone(), floor_cost: t.floor_cost, guaranteed: t.guaranteed })
+                .map(|t| AdmissionRow {
+                    name: t.name.clone(),
+                    floor_cost: t.floor_cost,
+                    guaranteed: t.guaranteed,
+                })
                 .collect(),
         }
     }

@@ -17,7 +17,11 @@ pub struct CgroupBackend {
 
 impl CgroupBackend {
     pub fn new(io: Box<dyn IoController>, diskstats: Option<DiskStats>) -> CgroupBackend {
-        CgroupBackend { io, cgroups: HashMap::new(), diskstats }
+        CgroupBackend {
+            io,
+            cgroups: HashMap::new(),
+            diskstats,
+        }
     }
 
     pub fn add_tenant(&mut self, name: &str, cgroup: PathBuf) {
@@ -47,7 +51,10 @@ impl Backend for CgroupBackend {
     }
 
     fn read_device(&mut self) -> Option<DeviceCounters> {
-        self.diskstats.as_ref().and_then(|d| d.read().ok()).map(|s| s.counters())
+        self.diskstats
+            .as_ref()
+            .and_then(|d| d.read().ok())
+            .map(|s| s.counters())
     }
 
     fn apply_caps(&mut self, tenant: &TenantSpec, caps: &Caps) -> Result<(), HostError> {

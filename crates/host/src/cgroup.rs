@@ -30,7 +30,10 @@ impl std::str::FromStr for DevId {
     fn from_str(s: &str) -> Result<DevId> {
         let bad = || HostError::Invalid(format!("`{s}` is not a device number MAJ:MIN"));
         let (a, b) = s.trim().split_once(':').ok_or_else(bad)?;
-        Ok(DevId { major: a.parse().map_err(|_| bad())?, minor: b.parse().map_err(|_| bad())? })
+        Ok(DevId {
+            major: a.parse().map_err(|_| bad())?,
+            minor: b.parse().map_err(|_| bad())?,
+        })
     }
 }
 
@@ -41,10 +44,16 @@ impl DevId {
         use std::os::unix::fs::FileTypeExt;
         let meta = fs::metadata(path).map_err(|e| HostError::io(path, e))?;
         if !meta.file_type().is_block_device() {
-            return Err(HostError::Invalid(format!("{} is not a block device", path.display())));
+            return Err(HostError::Invalid(format!(
+                "{} is not a block device",
+                path.display()
+            )));
         }
         let st = rustix::fs::stat(path).map_err(|e| HostError::io(path, e.into()))?;
-        Ok(DevId { major: rustix::fs::major(st.st_rdev), minor: rustix::fs::minor(st.st_rdev) })
+        Ok(DevId {
+            major: rustix::fs::major(st.st_rdev),
+            minor: rustix::fs::minor(st.st_rdev),
+        })
     }
 
     /// The kernel's name of the device (`loop0`), from /sys/dev/block.
@@ -112,8 +121,14 @@ fn write_file(path: &Path, text: &str) -> Result<()> {
 /// Builds the controller the hierarchy at `root` offers.
 pub fn controller(root: &Path, dev: DevId) -> Result<Box<dyn IoController>> {
     Ok(match detect(root)? {
-        Version::V1 => Box::new(BlkioV1 { root: root.to_path_buf(), dev }),
-        Version::V2 => Box::new(IoV2 { root: root.to_path_buf(), dev }),
+        Version::V1 => Box::new(BlkioV1 {
+            root: root.to_path_buf(),
+            dev,
+        }),
+        Version::V2 => Box::new(IoV2 {
+            root: root.to_path_buf(),
+            dev,
+        }),
     })
 }
 
@@ -144,7 +159,11 @@ impl BlkioV1 {
             match (f.next(), f.next(), f.next()) {
                 (Some(d), Some(op), Some(v)) if d == dev => {
                     let v: u64 = v.parse().map_err(|_| {
-                        HostError::Invalid(format!("{}:{}: `{line}` is not `MAJ:MIN OP COUNT`", path.display(), n + 1))
+                        HostError::Invalid(format!(
+                            "{}:{}: `{line}` is not `MAJ:MIN OP COUNT`",
+                            path.display(),
+                            n + 1
+                        ))
                     })?;
                     match op {
                         "Read" => r = v,
@@ -165,9 +184,12 @@ impl BlkioV1 {
             let mut f = line.split_whitespace();
             if let (Some(d), Some(v)) = (f.next(), f.next()) {
                 if d == dev {
-                    let v: f64 = v
-                        .parse()
-                        .map_err(|_| HostError::Invalid(format!("{}: `{line}` is not `MAJ:MIN LIMIT`", path.display())))?;
+                    let v: f64 = v.parse().map_err(|_| {
+                        HostError::Invalid(format!(
+                            "{}: `{line}` is not `MAJ:MIN LIMIT`",
+                            path.display()
+                        ))
+                    })?;
                     return Ok((v > 0.0).then_some(v));
                 }
             }
@@ -190,8 +212,15 @@ impl IoController for BlkioV1 {
     fn read(&self, cgroup: &Path) -> Result<Counters> {
         let dir = self.root.join(cgroup);
         let (read_ios, write_ios) = self.read_rw(&dir.join("blkio.throttle.io_serviced"))?;
-        let (read_bytes, write_bytes) = self.read_rw(&dir.join("blkio.throttle.io_service_bytes"))?;
-        Ok(Counters { read_ios, write_ios, read_bytes, write_bytes, ..Default::default() })
+        let (read_bytes, write_bytes) =
+            self.read_rw(&dir.join("blkio.throttle.io_service_bytes"))?;
+        Ok(Counters {
+            read_ios,
+            write_ios,
+            read_bytes,
+            write_bytes,
+            ..Default::default()
+        })
     }
 
     fn caps(&self, cgroup: &Path) -> Result<Caps> {
@@ -235,7 +264,10 @@ impl IoV2 {
                 let mut fields = Vec::new();
                 for w in words {
                     let (k, v) = w.split_once('=').ok_or_else(|| {
-                        HostError::Invalid(format!("{}: `{w}` in `{line}` is not key=value", path.display()))
+                        HostError::Invalid(format!(
+                            "{}: `{w}` in `{line}` is not key=value",
+                            path.display()
+                        ))
                     })?;
                     fields.push((k.to_string(), v.to_string()));
                 }
@@ -248,9 +280,14 @@ impl IoV2 {
     /// Sets the cgroup's weight (1..10000) for the device, as BFQ and io.cost use it.
     pub fn set_weight(&self, cgroup: &Path, weight: u32) -> Result<()> {
         if !(1..=10000).contains(&weight) {
-            return Err(HostError::Invalid(format!("io.weight must be 1..10000, got {weight}")));
+            return Err(HostError::Invalid(format!(
+                "io.weight must be 1..10000, got {weight}"
+            )));
         }
-        write_file(&self.root.join(cgroup).join("io.weight"), &format!("{} {weight}", self.dev))
+        write_file(
+            &self.root.join(cgroup).join("io.weight"),
+            &format!("{} {weight}", self.dev),
+        )
     }
 }
 
@@ -270,9 +307,9 @@ impl IoController for IoV2 {
         let mut c = Counters::default();
         // A cgroup that has done no I/O on the device has no line for it.
         for (k, v) in self.device_fields(&path)?.unwrap_or_default() {
-            let n: u64 = v
-                .parse()
-                .map_err(|_| HostError::Invalid(format!("{}: `{k}={v}` is not a counter", path.display())))?;
+            let n: u64 = v.parse().map_err(|_| {
+                HostError::Invalid(format!("{}: `{k}={v}` is not a counter", path.display()))
+            })?;
             match k.as_str() {
                 "rbytes" => c.read_bytes = n,
                 "wbytes" => c.write_bytes = n,
@@ -288,11 +325,14 @@ impl IoController for IoV2 {
         let path = self.root.join(cgroup).join("io.max");
         let mut caps = Caps::NONE;
         for (k, v) in self.device_fields(&path)?.unwrap_or_default() {
-            let limit = if v == "max" {
-                None
-            } else {
-                Some(v.parse::<f64>().map_err(|_| HostError::Invalid(format!("{}: `{k}={v}`", path.display())))?)
-            };
+            let limit =
+                if v == "max" {
+                    None
+                } else {
+                    Some(v.parse::<f64>().map_err(|_| {
+                        HostError::Invalid(format!("{}: `{k}={v}`", path.display()))
+                    })?)
+                };
             match k.as_str() {
                 "rbps" => caps.read_bps = limit,
                 "wbps" => caps.write_bps = limit,
@@ -306,7 +346,10 @@ impl IoController for IoV2 {
 
     fn set_caps(&self, cgroup: &Path, caps: &Caps) -> Result<()> {
         let caps = caps.rounded();
-        let f = |v: Option<f64>| v.map(|x| (x as u64).to_string()).unwrap_or_else(|| "max".into());
+        let f = |v: Option<f64>| {
+            v.map(|x| (x as u64).to_string())
+                .unwrap_or_else(|| "max".into())
+        };
         let line = format!(
             "{} rbps={} wbps={} riops={} wiops={}",
             self.dev,

@@ -43,7 +43,10 @@ impl DiskStat {
     }
 
     pub fn counters(&self) -> DeviceCounters {
-        DeviceCounters { busy_ns: self.io_ticks_ms * 1_000_000, queue_ns: self.time_in_queue_ms * 1_000_000 }
+        DeviceCounters {
+            busy_ns: self.io_ticks_ms * 1_000_000,
+            queue_ns: self.time_in_queue_ms * 1_000_000,
+        }
     }
 }
 
@@ -55,7 +58,10 @@ pub struct DiskStats {
 
 impl DiskStats {
     pub fn new(path: impl Into<PathBuf>, dev: DevId) -> DiskStats {
-        DiskStats { path: path.into(), dev }
+        DiskStats {
+            path: path.into(),
+            dev,
+        }
     }
 
     pub fn proc(dev: DevId) -> DiskStats {
@@ -74,12 +80,20 @@ fn parse(text: &str, dev: DevId, origin: &Path) -> Result<DiskStat> {
         if f.len() < 14 {
             continue;
         }
-        if f[0].parse::<u32>().ok() != Some(dev.major) || f[1].parse::<u32>().ok() != Some(dev.minor) {
+        if f[0].parse::<u32>().ok() != Some(dev.major)
+            || f[1].parse::<u32>().ok() != Some(dev.minor)
+        {
             continue;
         }
         let num = |i: usize| -> Result<u64> {
             f[i].parse().map_err(|_| {
-                HostError::Invalid(format!("{}:{}: field {} `{}` is not a number", origin.display(), n + 1, i + 1, f[i]))
+                HostError::Invalid(format!(
+                    "{}:{}: field {} `{}` is not a number",
+                    origin.display(),
+                    n + 1,
+                    i + 1,
+                    f[i]
+                ))
             })
         };
         return Ok(DiskStat {
@@ -94,7 +108,10 @@ fn parse(text: &str, dev: DevId, origin: &Path) -> Result<DiskStat> {
             time_in_queue_ms: num(13)?,
         });
     }
-    Err(HostError::Invalid(format!("{}: no line for device {dev}", origin.display())))
+    Err(HostError::Invalid(format!(
+        "{}: no line for device {dev}",
+        origin.display()
+    )))
 }
 
 #[cfg(test)]
@@ -108,12 +125,26 @@ mod tests {
         let s = parse(SAMPLE, DevId { major: 7, minor: 0 }, Path::new("x")).unwrap();
         assert_eq!(s.writes, 3872);
         assert_eq!(s.as_tenant_counters().write_bytes, 495616 * 512);
-        assert_eq!(s.as_tenant_counters().latency_ns_total, Some(19_941_000_000));
+        assert_eq!(
+            s.as_tenant_counters().latency_ns_total,
+            Some(19_941_000_000)
+        );
         assert_eq!(s.io_ticks_ms, 4932);
         assert_eq!(s.time_in_queue_ms, 19941);
         assert_eq!(s.counters().queue_ns, 19_941_000_000);
-        let vda = parse(SAMPLE, DevId { major: 254, minor: 0 }, Path::new("x")).unwrap();
+        let vda = parse(
+            SAMPLE,
+            DevId {
+                major: 254,
+                minor: 0,
+            },
+            Path::new("x"),
+        )
+        .unwrap();
         assert_eq!((vda.reads, vda.in_flight), (61, 2));
-        assert!(parse(SAMPLE, DevId { major: 8, minor: 0 }, Path::new("x")).unwrap_err().to_string().contains("no line for device 8:0"));
+        assert!(parse(SAMPLE, DevId { major: 8, minor: 0 }, Path::new("x"))
+            .unwrap_err()
+            .to_string()
+            .contains("no line for device 8:0"));
     }
 }

@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Invalid(String),
     #[error("{what} failed: {message}")]
@@ -18,7 +21,10 @@ pub enum HostError {
 
 impl HostError {
     pub fn io(path: &Path, source: std::io::Error) -> HostError {
-        HostError::Io { path: path.to_path_buf(), source }
+        HostError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
 
     /// True when the object is gone (a cgroup removed between two reads).

@@ -137,7 +137,10 @@ impl FioJob {
             .args(self.args())
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| HostError::Command { what: "fio".into(), message: e.to_string() })?;
+            .map_err(|e| HostError::Command {
+                what: "fio".into(),
+                message: e.to_string(),
+            })?;
         if !out.status.success() {
             return Err(HostError::Command {
                 what: format!("fio {}", self.name),
@@ -151,10 +154,14 @@ impl FioJob {
     /// file): the child moves itself there before exec, so every I/O it
     /// issues is charged to the cgroup.
     pub fn spawn_in(&self, cgroup_procs: &Path) -> Result<Child> {
-        let path = CString::new(cgroup_procs.as_os_str().as_encoded_bytes())
-            .map_err(|_| HostError::Invalid(format!("{}: path has a NUL byte", cgroup_procs.display())))?;
+        let path = CString::new(cgroup_procs.as_os_str().as_encoded_bytes()).map_err(|_| {
+            HostError::Invalid(format!("{}: path has a NUL byte", cgroup_procs.display()))
+        })?;
         let mut cmd = Command::new("fio");
-        cmd.args(self.args()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        cmd.args(self.args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
         // SAFETY: the closure runs between fork and exec and only makes raw
         // system calls (getpid, open, write, close) on memory prepared before
         // the fork: no allocation, no locks.
@@ -172,12 +179,19 @@ impl FioJob {
                         break;
                     }
                 }
-                let fd = rustix::fs::open(path.as_c_str(), rustix::fs::OFlags::WRONLY, rustix::fs::Mode::empty())?;
+                let fd = rustix::fs::open(
+                    path.as_c_str(),
+                    rustix::fs::OFlags::WRONLY,
+                    rustix::fs::Mode::empty(),
+                )?;
                 rustix::io::write(&fd, &buf[i..])?;
                 Ok(())
             });
         }
-        cmd.spawn().map_err(|e| HostError::Command { what: "fio".into(), message: e.to_string() })
+        cmd.spawn().map_err(|e| HostError::Command {
+            what: "fio".into(),
+            message: e.to_string(),
+        })
     }
 }
 
@@ -228,8 +242,11 @@ impl FioLatency {
 /// Reads fio's JSON output file. fio may print warnings before the JSON.
 pub fn read_output(path: &Path) -> Result<FioOutput> {
     let text = std::fs::read_to_string(path).map_err(|e| HostError::io(path, e))?;
-    let start = text.find('{').ok_or_else(|| HostError::Invalid(format!("{}: no JSON in fio output", path.display())))?;
-    serde_json::from_str(&text[start..]).map_err(|e| HostError::Invalid(format!("{}: fio JSON: {e}", path.display())))
+    let start = text
+        .find('{')
+        .ok_or_else(|| HostError::Invalid(format!("{}: no JSON in fio output", path.display())))?;
+    serde_json::from_str(&text[start..])
+        .map_err(|e| HostError::Invalid(format!("{}: fio JSON: {e}", path.display())))
 }
 
 /// One completion from a latency log: (ms since start, latency ns, is write).
@@ -238,7 +255,13 @@ pub fn read_lat_log(path: &Path) -> Result<Vec<(u64, u64, bool)>> {
     let mut out = Vec::with_capacity(text.len() / 24);
     for (n, line) in text.lines().enumerate() {
         let mut f = line.split(',').map(str::trim);
-        let bad = || HostError::Invalid(format!("{}:{}: `{line}` is not a fio log line", path.display(), n + 1));
+        let bad = || {
+            HostError::Invalid(format!(
+                "{}:{}: `{line}` is not a fio log line",
+                path.display(),
+                n + 1
+            ))
+        };
         let t: u64 = f.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
         let lat: u64 = f.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
         let dir: u32 = f.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 /// Where scripts/guest-image.sh put the kernel and initramfs.
 pub fn image_dir() -> PathBuf {
-    std::env::var_os("IOFLOOR_GUEST_DIR").map(PathBuf::from).unwrap_or_else(|| "/var/cache/iofloor/guest".into())
+    std::env::var_os("IOFLOOR_GUEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/var/cache/iofloor/guest".into())
 }
 
 /// The qdev path of the guest's disk, for `block_set_io_throttle`.
@@ -34,10 +36,23 @@ impl Guest {
     /// Boots a guest whose disk is `disk` (a file or a block device) with
     /// sockets and console in `dir`; returns once its load runs.
     pub fn boot(dir: &Path, disk: &Path) -> Result<Guest> {
-        let (console, qmp, control) = (dir.join("console.log"), dir.join("qmp.sock"), dir.join("control.sock"));
+        let (console, qmp, control) = (
+            dir.join("console.log"),
+            dir.join("qmp.sock"),
+            dir.join("control.sock"),
+        );
         let image = image_dir();
         let child = Command::new("qemu-system-x86_64")
-            .args(["-accel", "tcg", "-m", "256", "-display", "none", "-no-reboot", "-nodefaults"])
+            .args([
+                "-accel",
+                "tcg",
+                "-m",
+                "256",
+                "-display",
+                "none",
+                "-no-reboot",
+                "-nodefaults",
+            ])
             .arg("-kernel")
             .arg(image.join("vmlinuz"))
             .arg("-initrd")
@@ -50,14 +65,25 @@ impl Guest {
             .arg("-qmp")
             .arg(format!("unix:{},server=on,wait=off", control.display()))
             .arg("-drive")
-            .arg(format!("file={},if=none,id=drive0,format=raw,cache=none,aio=native", disk.display()))
+            .arg(format!(
+                "file={},if=none,id=drive0,format=raw,cache=none,aio=native",
+                disk.display()
+            ))
             .args(["-device", "virtio-blk-pci,drive=drive0,id=disk0"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| HostError::Command { what: "qemu-system-x86_64".into(), message: e.to_string() })?;
-        let mut guest = Guest { child, console, qmp, control };
+            .map_err(|e| HostError::Command {
+                what: "qemu-system-x86_64".into(),
+                message: e.to_string(),
+            })?;
+        let mut guest = Guest {
+            child,
+            console,
+            qmp,
+            control,
+        };
         guest.wait_for_load()?;
         Ok(guest)
     }
@@ -69,9 +95,20 @@ impl Guest {
             if text.contains("iofloor-guest: load running") {
                 return Ok(());
             }
-            let fail = |message: String| Err(HostError::Command { what: "guest boot".into(), message });
-            if let Some(status) = self.child.try_wait().map_err(|e| HostError::io(&self.console, e))? {
-                return fail(format!("QEMU exited ({status}) before the guest ran; console:\n{text}"));
+            let fail = |message: String| {
+                Err(HostError::Command {
+                    what: "guest boot".into(),
+                    message,
+                })
+            };
+            if let Some(status) = self
+                .child
+                .try_wait()
+                .map_err(|e| HostError::io(&self.console, e))?
+            {
+                return fail(format!(
+                    "QEMU exited ({status}) before the guest ran; console:\n{text}"
+                ));
             }
             if started.elapsed() > Duration::from_secs(120) {
                 return fail(format!("guest did not boot in 120 s; console:\n{text}"));

@@ -19,7 +19,10 @@ pub struct Qmp {
 }
 
 fn qmp_err(path: &Path, message: impl Into<String>) -> HostError {
-    HostError::Command { what: format!("QMP {}", path.display()), message: message.into() }
+    HostError::Command {
+        what: format!("QMP {}", path.display()),
+        message: message.into(),
+    }
 }
 
 impl Qmp {
@@ -27,10 +30,18 @@ impl Qmp {
     /// every read and write, so a hung QEMU cannot hang the caller.
     pub fn connect(path: &Path, timeout: Duration) -> Result<Qmp> {
         let stream = UnixStream::connect(path).map_err(|e| HostError::io(path, e))?;
-        stream.set_read_timeout(Some(timeout)).map_err(|e| HostError::io(path, e))?;
-        stream.set_write_timeout(Some(timeout)).map_err(|e| HostError::io(path, e))?;
+        stream
+            .set_read_timeout(Some(timeout))
+            .map_err(|e| HostError::io(path, e))?;
+        stream
+            .set_write_timeout(Some(timeout))
+            .map_err(|e| HostError::io(path, e))?;
         let writer = stream.try_clone().map_err(|e| HostError::io(path, e))?;
-        let mut qmp = Qmp { path: path.to_path_buf(), reader: BufReader::new(stream), writer };
+        let mut qmp = Qmp {
+            path: path.to_path_buf(),
+            reader: BufReader::new(stream),
+            writer,
+        };
         let greeting = qmp.read_message()?;
         if greeting.get("QMP").is_none() {
             return Err(qmp_err(path, format!("no QMP greeting, got {greeting}")));
@@ -41,11 +52,19 @@ impl Qmp {
 
     fn read_message(&mut self) -> Result<Value> {
         let mut line = String::new();
-        let n = self.reader.read_line(&mut line).map_err(|e| HostError::io(&self.path, e))?;
+        let n = self
+            .reader
+            .read_line(&mut line)
+            .map_err(|e| HostError::io(&self.path, e))?;
         if n == 0 {
             return Err(qmp_err(&self.path, "connection closed"));
         }
-        serde_json::from_str(&line).map_err(|e| qmp_err(&self.path, format!("answered garbage ({e}): {}", line.trim())))
+        serde_json::from_str(&line).map_err(|e| {
+            qmp_err(
+                &self.path,
+                format!("answered garbage ({e}): {}", line.trim()),
+            )
+        })
     }
 
     /// Runs one command and returns its `return` value; a QMP error becomes an
@@ -57,7 +76,9 @@ impl Qmp {
         }
         let mut text = msg.to_string();
         text.push('\n');
-        self.writer.write_all(text.as_bytes()).map_err(|e| HostError::io(&self.path, e))?;
+        self.writer
+            .write_all(text.as_bytes())
+            .map_err(|e| HostError::io(&self.path, e))?;
         loop {
             let reply = self.read_message()?;
             if reply.get("event").is_some() {
@@ -67,10 +88,16 @@ impl Qmp {
                 return Ok(ret.clone());
             }
             if let Some(err) = reply.get("error") {
-                let desc = err.get("desc").and_then(Value::as_str).unwrap_or("unknown error");
+                let desc = err
+                    .get("desc")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown error");
                 return Err(qmp_err(&self.path, format!("{command}: {desc}")));
             }
-            return Err(qmp_err(&self.path, format!("{command}: unexpected answer {reply}")));
+            return Err(qmp_err(
+                &self.path,
+                format!("{command}: unexpected answer {reply}"),
+            ));
         }
     }
 }

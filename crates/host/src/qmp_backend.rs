@@ -26,7 +26,10 @@ pub enum QmpTarget {
     Drive { id: String },
     /// A throttle group (qemu-storage-daemon): limits on the group, counters
     /// from the host block device its export is seen as.
-    Group { group: String, stats_device: crate::DevId },
+    Group {
+        group: String,
+        stats_device: crate::DevId,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -67,7 +70,8 @@ pub fn find_stats<'a>(answer: &'a Value, target: &QmpTarget) -> Option<&'a Value
         .iter()
         .find(|e| match target {
             QmpTarget::Drive { id } => {
-                e.get("qdev").and_then(Value::as_str) == Some(id) || e.get("device").and_then(Value::as_str) == Some(id)
+                e.get("qdev").and_then(Value::as_str) == Some(id)
+                    || e.get("device").and_then(Value::as_str) == Some(id)
             }
             QmpTarget::Group { .. } => false,
         })
@@ -112,11 +116,21 @@ pub fn throttle_command(target: &QmpTarget, caps: &Caps) -> (&'static str, Value
 
 impl QmpBackend {
     pub fn new(timeout: Duration) -> QmpBackend {
-        QmpBackend { tenants: HashMap::new(), connections: HashMap::new(), timeout }
+        QmpBackend {
+            tenants: HashMap::new(),
+            connections: HashMap::new(),
+            timeout,
+        }
     }
 
     pub fn add_tenant(&mut self, name: &str, socket: &Path, target: QmpTarget) {
-        self.tenants.insert(name.to_string(), VmTenant { socket: socket.to_path_buf(), target });
+        self.tenants.insert(
+            name.to_string(),
+            VmTenant {
+                socket: socket.to_path_buf(),
+                target,
+            },
+        );
     }
 
     pub fn remove_tenant(&mut self, name: &str) -> bool {
@@ -128,19 +142,30 @@ impl QmpBackend {
     pub fn drive_throttle(&mut self, name: &str) -> Result<Value> {
         let t = self.tenant(name)?;
         let QmpTarget::Drive { id } = &t.target else {
-            return Err(HostError::Invalid(format!("tenant `{name}` is a throttle group, not a guest drive")));
+            return Err(HostError::Invalid(format!(
+                "tenant `{name}` is a throttle group, not a guest drive"
+            )));
         };
         let answer = self.execute(&t.socket, "query-block", None)?;
         let entry = answer
             .as_array()
             .and_then(|a| {
                 a.iter().find(|e| {
-                    e.get("qdev").and_then(Value::as_str) == Some(id) || e.get("device").and_then(Value::as_str) == Some(id)
+                    e.get("qdev").and_then(Value::as_str) == Some(id)
+                        || e.get("device").and_then(Value::as_str) == Some(id)
                 })
             })
-            .ok_or_else(|| HostError::Invalid(format!("{}: no block device `{id}` in query-block", t.socket.display())))?;
+            .ok_or_else(|| {
+                HostError::Invalid(format!(
+                    "{}: no block device `{id}` in query-block",
+                    t.socket.display()
+                ))
+            })?;
         let inserted = entry.get("inserted").ok_or_else(|| {
-            HostError::Invalid(format!("{}: block device `{id}` has no medium inserted", t.socket.display()))
+            HostError::Invalid(format!(
+                "{}: block device `{id}` has no medium inserted",
+                t.socket.display()
+            ))
         })?;
         let mut limits = serde_json::Map::new();
         for key in THROTTLE_FIELDS {
@@ -153,13 +178,16 @@ impl QmpBackend {
     pub fn set_drive_throttle(&mut self, name: &str, limits: &Value) -> Result<()> {
         let t = self.tenant(name)?;
         let QmpTarget::Drive { id } = &t.target else {
-            return Err(HostError::Invalid(format!("tenant `{name}` is a throttle group, not a guest drive")));
+            return Err(HostError::Invalid(format!(
+                "tenant `{name}` is a throttle group, not a guest drive"
+            )));
         };
         let mut args = json!({ "id": id });
         for key in THROTTLE_FIELDS {
             args[key] = json!(limits.get(key).and_then(Value::as_u64).unwrap_or(0));
         }
-        self.execute(&t.socket, "block_set_io_throttle", Some(args)).map(|_| ())
+        self.execute(&t.socket, "block_set_io_throttle", Some(args))
+            .map(|_| ())
     }
 
     pub fn has_tenant(&self, name: &str) -> bool {
@@ -167,7 +195,10 @@ impl QmpBackend {
     }
 
     fn tenant(&self, name: &str) -> Result<VmTenant> {
-        self.tenants.get(name).cloned().ok_or_else(|| HostError::Invalid(format!("tenant `{name}` has no QMP target")))
+        self.tenants
+            .get(name)
+            .cloned()
+            .ok_or_else(|| HostError::Invalid(format!("tenant `{name}` has no QMP target")))
     }
 
     /// Runs a command on the tenant's QEMU, connecting if needed; on any
@@ -192,18 +223,30 @@ impl Backend for QmpBackend {
     fn read_counters(&mut self, tenant: &TenantSpec) -> Result<Counters> {
         let t = self.tenant(&tenant.name)?;
         if let QmpTarget::Group { stats_device, .. } = &t.target {
-            return Ok(crate::diskstats::DiskStats::proc(*stats_device).read()?.as_tenant_counters());
+            return Ok(crate::diskstats::DiskStats::proc(*stats_device)
+                .read()?
+                .as_tenant_counters());
         }
         // A paused guest issues no I/O; reading that as "idle" would hand its
         // share away and report a floor met. It is unavailable instead.
         let status = self.execute(&t.socket, "query-status", None)?;
         if status.get("running").and_then(Value::as_bool) != Some(true) {
-            let state = status.get("status").and_then(Value::as_str).unwrap_or("unknown");
-            return Err(HostError::Unavailable(format!("{}: VM is not running (status `{state}`)", t.socket.display())));
+            let state = status
+                .get("status")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown");
+            return Err(HostError::Unavailable(format!(
+                "{}: VM is not running (status `{state}`)",
+                t.socket.display()
+            )));
         }
         let answer = self.execute(&t.socket, "query-blockstats", None)?;
         let stats = find_stats(&answer, &t.target).ok_or_else(|| {
-            HostError::Invalid(format!("{}: no block device {:?} in query-blockstats", t.socket.display(), t.target))
+            HostError::Invalid(format!(
+                "{}: no block device {:?} in query-blockstats",
+                t.socket.display(),
+                t.target
+            ))
         })?;
         Ok(counters_from_stats(stats))
     }
@@ -267,22 +310,46 @@ mod tests {
     #[test]
     fn reads_counters_and_latency_from_blockstats() {
         let answer: Value = serde_json::from_str(ANSWER).unwrap();
-        let drive = QmpTarget::Drive { id: "/machine/peripheral/disk0/virtio-backend".into() };
+        let drive = QmpTarget::Drive {
+            id: "/machine/peripheral/disk0/virtio-backend".into(),
+        };
         let c = counters_from_stats(find_stats(&answer, &drive).unwrap());
-        assert_eq!((c.read_ios, c.write_ios, c.read_bytes, c.write_bytes), (120, 30, 491520, 1966080));
-        assert_eq!((c.latency_ns_total, c.completions), (Some(150_000_000), Some(150)));
-        let by_name = QmpTarget::Drive { id: "drive1".into() };
-        assert_eq!(counters_from_stats(find_stats(&answer, &by_name).unwrap()).read_ios, 7);
+        assert_eq!(
+            (c.read_ios, c.write_ios, c.read_bytes, c.write_bytes),
+            (120, 30, 491520, 1966080)
+        );
+        assert_eq!(
+            (c.latency_ns_total, c.completions),
+            (Some(150_000_000), Some(150))
+        );
+        let by_name = QmpTarget::Drive {
+            id: "drive1".into(),
+        };
+        assert_eq!(
+            counters_from_stats(find_stats(&answer, &by_name).unwrap()).read_ios,
+            7
+        );
         assert!(find_stats(&answer, &QmpTarget::Drive { id: "nope".into() }).is_none());
     }
 
     #[test]
     fn throttle_commands_give_all_seven_fields_and_zero_for_no_limit() {
-        let caps = Caps { read_iops: Some(199.2), write_iops: None, read_bps: None, write_bps: Some(1e6) };
+        let caps = Caps {
+            read_iops: Some(199.2),
+            write_iops: None,
+            read_bps: None,
+            write_bps: Some(1e6),
+        };
         let (cmd, args) = throttle_command(&QmpTarget::Drive { id: "d".into() }, &caps);
         assert_eq!(cmd, "block_set_io_throttle");
-        assert_eq!(args, json!({"id": "d", "bps": 0, "bps_rd": 0, "bps_wr": 1000000, "iops": 0, "iops_rd": 200, "iops_wr": 0}));
-        let group = QmpTarget::Group { group: "vm1".into(), stats_device: crate::DevId { major: 7, minor: 0 } };
+        assert_eq!(
+            args,
+            json!({"id": "d", "bps": 0, "bps_rd": 0, "bps_wr": 1000000, "iops": 0, "iops_rd": 200, "iops_wr": 0})
+        );
+        let group = QmpTarget::Group {
+            group: "vm1".into(),
+            stats_device: crate::DevId { major: 7, minor: 0 },
+        };
         let (cmd, args) = throttle_command(&group, &caps);
         assert_eq!(cmd, "qom-set");
         assert_eq!(args["value"]["iops-read"], 200);

@@ -36,14 +36,19 @@ pub struct RigSpec {
 impl RigSpec {
     pub fn validate(&self) -> Result<()> {
         if self.iops == 0 || self.iops > 10_000_000 {
-            return Err(HostError::Invalid(format!("--iops must be 1..10000000, got {}", self.iops)));
+            return Err(HostError::Invalid(format!(
+                "--iops must be 1..10000000, got {}",
+                self.iops
+            )));
         }
         if self.bps == Some(0) {
             return Err(HostError::Invalid("--bps must be positive".into()));
         }
         if let Some(u) = self.size_unit {
             if u < 512 || u % 512 != 0 {
-                return Err(HostError::Invalid(format!("--size-unit must be a multiple of 512, got {u}")));
+                return Err(HostError::Invalid(format!(
+                    "--size-unit must be a multiple of 512, got {u}"
+                )));
             }
         }
         if self.size < 1 << 20 {
@@ -101,9 +106,15 @@ fn which(program: &str) -> Result<()> {
 
 fn run(cmd: &mut Command) -> Result<String> {
     let what = format!("{cmd:?}");
-    let out = cmd.output().map_err(|e| HostError::Command { what: what.clone(), message: e.to_string() })?;
+    let out = cmd.output().map_err(|e| HostError::Command {
+        what: what.clone(),
+        message: e.to_string(),
+    })?;
     if !out.status.success() {
-        return Err(HostError::Command { what, message: String::from_utf8_lossy(&out.stderr).trim().to_string() });
+        return Err(HostError::Command {
+            what,
+            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
@@ -111,7 +122,10 @@ fn run(cmd: &mut Command) -> Result<String> {
 fn is_mounted(path: &Path) -> bool {
     let target = path.to_string_lossy();
     std::fs::read_to_string("/proc/mounts")
-        .map(|m| m.lines().any(|l| l.split_whitespace().nth(1) == Some(target.as_ref())))
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split_whitespace().nth(1) == Some(target.as_ref()))
+        })
         .unwrap_or(false)
 }
 
@@ -144,7 +158,9 @@ impl Rig {
         which("qemu-storage-daemon")?;
         which("losetup")?;
         if !Path::new("/dev/fuse").exists() {
-            return Err(HostError::Invalid("/dev/fuse is missing: FUSE is needed for the rig".into()));
+            return Err(HostError::Invalid(
+                "/dev/fuse is missing: FUSE is needed for the rig".into(),
+            ));
         }
         std::fs::create_dir_all(state_root).map_err(|e| HostError::io(state_root, e))?;
         let dir = tempfile_dir(state_root)?;
@@ -189,7 +205,12 @@ impl Rig {
             mountpoint: dir.join("vm-disk.img"),
             socket: dir.join("qmp.sock"),
             dir,
-            spec: RigSpec { iops: 0, bps: None, size_unit: None, size: 0 },
+            spec: RigSpec {
+                iops: 0,
+                bps: None,
+                size_unit: None,
+                size: 0,
+            },
             qsd_pid: None,
             device: None,
         };
@@ -198,11 +219,20 @@ impl Rig {
 
     fn start(&mut self) -> Result<()> {
         let file_node = match &self.over_device {
-            Some(dev) => format!("driver=host_device,node-name=f0,filename={},cache.direct=on,aio=native", dev.display()),
+            Some(dev) => format!(
+                "driver=host_device,node-name=f0,filename={},cache.direct=on,aio=native",
+                dev.display()
+            ),
             None => {
-                let backing = std::fs::File::create(&self.backing).map_err(|e| HostError::io(&self.backing, e))?;
-                backing.set_len(self.spec.size).map_err(|e| HostError::io(&self.backing, e))?;
-                format!("driver=file,node-name=f0,filename={},aio=threads", self.backing.display())
+                let backing = std::fs::File::create(&self.backing)
+                    .map_err(|e| HostError::io(&self.backing, e))?;
+                backing
+                    .set_len(self.spec.size)
+                    .map_err(|e| HostError::io(&self.backing, e))?;
+                format!(
+                    "driver=file,node-name=f0,filename={},aio=threads",
+                    self.backing.display()
+                )
             }
         };
         std::fs::File::create(&self.mountpoint).map_err(|e| HostError::io(&self.mountpoint, e))?;
@@ -225,25 +255,41 @@ impl Rig {
             .arg("--blockdev")
             .arg("driver=throttle,node-name=t0,throttle-group=dev,file=f0")
             .arg("--export")
-            .arg(format!("type=fuse,id=e0,node-name=t0,mountpoint={},writable=on", self.mountpoint.display()))
+            .arg(format!(
+                "type=fuse,id=e0,node-name=t0,mountpoint={},writable=on",
+                self.mountpoint.display()
+            ))
             .arg("--chardev")
-            .arg(format!("socket,path={},server=on,wait=off,id=c0", self.socket.display()))
+            .arg(format!(
+                "socket,path={},server=on,wait=off,id=c0",
+                self.socket.display()
+            ))
             .arg("--monitor")
             .arg("chardev=c0")
             .arg("--pidfile")
             .arg(&pidfile)
             .arg("--daemonize"))?;
         let pid_text = std::fs::read_to_string(&pidfile).map_err(|e| HostError::io(&pidfile, e))?;
-        self.qsd_pid = Some(pid_text.trim().parse().map_err(|_| HostError::Invalid(format!("{}: not a pid", pidfile.display())))?);
+        self.qsd_pid = Some(
+            pid_text
+                .trim()
+                .parse()
+                .map_err(|_| HostError::Invalid(format!("{}: not a pid", pidfile.display())))?,
+        );
         self.save()?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while !is_mounted(&self.mountpoint) {
             if Instant::now() > deadline {
-                return Err(HostError::Invalid(format!("FUSE export {} did not appear", self.mountpoint.display())));
+                return Err(HostError::Invalid(format!(
+                    "FUSE export {} did not appear",
+                    self.mountpoint.display()
+                )));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let device = run(Command::new("losetup").args(["-f", "--show", "--direct-io=on"]).arg(&self.mountpoint))?;
+        let device = run(Command::new("losetup")
+            .args(["-f", "--show", "--direct-io=on"])
+            .arg(&self.mountpoint))?;
         self.device = Some(PathBuf::from(device));
         self.save()
     }
@@ -252,7 +298,10 @@ impl Rig {
     pub fn set_limits(&self, spec: &RigSpec) -> Result<()> {
         spec.validate()?;
         let mut qmp = Qmp::connect(&self.socket, Duration::from_secs(5))?;
-        qmp.execute("qom-set", Some(serde_json::json!({"path": "dev", "property": "limits", "value": spec.limits()})))?;
+        qmp.execute(
+            "qom-set",
+            Some(serde_json::json!({"path": "dev", "property": "limits", "value": spec.limits()})),
+        )?;
         Ok(())
     }
 
@@ -269,9 +318,16 @@ impl Rig {
         // it backed by our file (that holds even when the FUSE mount is dead,
         // e.g. after qemu-storage-daemon was killed)...
         if let Some(dev) = &self.device {
-            let name = dev.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-            let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")).unwrap_or_default();
-            if backing.trim_start().starts_with(self.mountpoint.to_string_lossy().as_ref()) {
+            let name = dev
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_default();
+            let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"))
+                .unwrap_or_default();
+            if backing
+                .trim_start()
+                .starts_with(self.mountpoint.to_string_lossy().as_ref())
+            {
                 keep(run(Command::new("losetup").arg("-d").arg(dev)).map(|_| ()));
             }
         }
@@ -317,14 +373,18 @@ impl Rig {
 
     /// Every rig recorded under `state_root`.
     pub fn list(state_root: &Path) -> Result<Vec<Rig>> {
-        let Ok(entries) = std::fs::read_dir(state_root) else { return Ok(Vec::new()) };
+        let Ok(entries) = std::fs::read_dir(state_root) else {
+            return Ok(Vec::new());
+        };
         let mut rigs = Vec::new();
         for e in entries.flatten() {
             let state = e.path().join("state.json");
             if let Ok(text) = std::fs::read_to_string(&state) {
                 match serde_json::from_str::<Rig>(&text) {
                     Ok(r) => rigs.push(r),
-                    Err(err) => return Err(HostError::Invalid(format!("{}: {err}", state.display()))),
+                    Err(err) => {
+                        return Err(HostError::Invalid(format!("{}: {err}", state.display())))
+                    }
                 }
             }
         }
@@ -357,5 +417,8 @@ fn tempfile_dir(root: &Path) -> Result<PathBuf> {
             Err(e) => return Err(HostError::io(&dir, e)),
         }
     }
-    Err(HostError::Invalid(format!("{}: no free rig directory name", root.display())))
+    Err(HostError::Invalid(format!(
+        "{}: no free rig directory name",
+        root.display()
+    )))
 }

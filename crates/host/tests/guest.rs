@@ -8,7 +8,9 @@
 //! than idle.
 
 use iofloor_core::policy::{self, PolicyContext, PolicyKind, PolicyParams};
-use iofloor_core::{Backend, Caps, Controller, CostModel, CostParams, Rate, TenantClass, TenantSpec};
+use iofloor_core::{
+    Backend, Caps, Controller, CostModel, CostParams, Rate, TenantClass, TenantSpec,
+};
 use iofloor_host::guest::{Guest, DRIVE};
 use iofloor_host::qmp_backend::{QmpBackend, QmpTarget};
 use iofloor_host::HostError;
@@ -18,14 +20,20 @@ use std::time::Duration;
 
 fn real_environment() -> bool {
     let dir = iofloor_host::guest::image_dir();
-    let ok = Command::new("qemu-system-x86_64").arg("--version").output().is_ok()
+    let ok = Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .is_ok()
         && dir.join("vmlinuz").is_file()
         && dir.join("initramfs.gz").is_file();
     if !ok && std::env::var_os("CI").is_some() {
         panic!("guest test cannot run under CI: needs qemu-system-x86_64 and a guest image (scripts/deps.sh)");
     }
     if !ok {
-        eprintln!("skipped: needs qemu-system-x86_64 and {} (scripts/guest-image.sh)", dir.display());
+        eprintln!(
+            "skipped: needs qemu-system-x86_64 and {} (scripts/guest-image.sh)",
+            dir.display()
+        );
     }
     ok
 }
@@ -45,7 +53,10 @@ fn a_real_guest_is_measured_throttled_and_paused_through_qmp() {
     }
     let dir = tempfile::tempdir().unwrap();
     let disk = dir.path().join("disk.img");
-    std::fs::File::create(&disk).unwrap().set_len(64 << 20).unwrap();
+    std::fs::File::create(&disk)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
     let guest = Guest::boot(dir.path(), &disk).unwrap();
     let vm = TenantSpec::new("guest", TenantClass::Vm).with_floor(Rate::Iops(100.0));
     let mut backend = QmpBackend::new(Duration::from_secs(2));
@@ -53,20 +64,40 @@ fn a_real_guest_is_measured_throttled_and_paused_through_qmp() {
 
     let uncapped = iops(&mut backend, &vm, 2.0);
     let c = backend.read_counters(&vm).unwrap();
-    assert!(uncapped > 500.0, "a TCG guest at QD1 does thousands of IOPS, saw {uncapped:.0}");
-    assert!(c.latency_ns_total.unwrap() > 0, "guest drives report latency");
+    assert!(
+        uncapped > 500.0,
+        "a TCG guest at QD1 does thousands of IOPS, saw {uncapped:.0}"
+    );
+    assert!(
+        c.latency_ns_total.unwrap() > 0,
+        "guest drives report latency"
+    );
 
     // A limit through block_set_io_throttle, measured over the first control
     // interval (1 s) after it was set and over the two seconds after that.
-    backend.apply_caps(&vm, &Caps { read_iops: Some(200.0), ..Caps::NONE }).unwrap();
+    backend
+        .apply_caps(
+            &vm,
+            &Caps {
+                read_iops: Some(200.0),
+                ..Caps::NONE
+            },
+        )
+        .unwrap();
     let first_interval = iops(&mut backend, &vm, 1.0);
     let capped = iops(&mut backend, &vm, 2.0);
     eprintln!(
         "real guest (TCG): {uncapped:.0} IOPS uncapped; under a 200 IOPS QMP limit {first_interval:.0} in the first \
          1 s interval, {capped:.0} after"
     );
-    assert!(first_interval <= 200.0 * 1.25, "the limit acts within one interval: {first_interval:.0} IOPS");
-    assert!(capped <= 200.0 * 1.1 && capped >= 200.0 * 0.5, "guest held near 200 IOPS: {capped:.0}");
+    assert!(
+        first_interval <= 200.0 * 1.25,
+        "the limit acts within one interval: {first_interval:.0} IOPS"
+    );
+    assert!(
+        capped <= 200.0 * 1.1 && capped >= 200.0 * 0.5,
+        "guest held near 200 IOPS: {capped:.0}"
+    );
 
     // Paused: unavailable, not idle — and a controller carries on without it.
     guest.command("stop").unwrap();
@@ -81,12 +112,22 @@ fn a_real_guest_is_measured_throttled_and_paused_through_qmp() {
         wseqiops: 7000.0,
         wrandiops: 7000.0,
     };
-    let ctx = PolicyContext { cost: CostModel::new(guest_path).unwrap(), capacity: 1.0 };
+    let ctx = PolicyContext {
+        cost: CostModel::new(guest_path).unwrap(),
+        capacity: 1.0,
+    };
     let floor = policy::build(PolicyKind::Floor, &PolicyParams::default(), ctx);
     let mut controller = Controller::new(floor, vec![Arc::new(vm.clone())]);
     let report = controller.tick(Duration::from_secs(1), &mut backend);
     assert_eq!(report.samples[0].usage, None);
-    assert!(report.errors.iter().any(|(name, e)| name == "guest" && e.contains("paused")), "{:?}", report.errors);
+    assert!(
+        report
+            .errors
+            .iter()
+            .any(|(name, e)| name == "guest" && e.contains("paused")),
+        "{:?}",
+        report.errors
+    );
 
     // Resumed: measured again, on the same backend, without reconnecting by hand.
     guest.command("cont").unwrap();

@@ -30,7 +30,10 @@ fn real_environment(needs: &[&str]) -> bool {
         return true;
     }
     if std::env::var_os("CI").is_some() {
-        panic!("real-kernel test cannot run under CI: missing {}", missing.join(", "));
+        panic!(
+            "real-kernel test cannot run under CI: missing {}",
+            missing.join(", ")
+        );
     }
     eprintln!("skipped: missing {}", missing.join(", "));
     false
@@ -46,10 +49,24 @@ impl Loop {
     fn new() -> Loop {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let file = dir.path().join("disk.img");
-        std::fs::File::create(&file).unwrap().set_len(256 << 20).unwrap();
-        let out = Command::new("losetup").args(["-f", "--show"]).arg(&file).output().unwrap();
-        assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
-        Loop { dev: PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()), _dir: dir }
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(256 << 20)
+            .unwrap();
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Loop {
+            dev: PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()),
+            _dir: dir,
+        }
     }
 }
 
@@ -72,7 +89,11 @@ fn run_fio_in(cg: &Path, job: &FioJob) -> iofloor_host::fio::FioOutput {
     let procs = Path::new(BLKIO).join(cg).join("cgroup.procs");
     let child = job.spawn_in(&procs).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "fio failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "fio failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     read_output(&job.output).unwrap()
 }
 
@@ -87,11 +108,17 @@ fn v1_blk_throttle_caps_and_counts_real_direct_io() {
     }
     let lo = Loop::new();
     let dev = DevId::of_block_device(&lo.dev).unwrap();
-    let cg = TestCgroup(PathBuf::from(format!("iofloor-test-v1-{}", std::process::id())));
+    let cg = TestCgroup(PathBuf::from(format!(
+        "iofloor-test-v1-{}",
+        std::process::id()
+    )));
     cgroup::create(Path::new(BLKIO), &cg.0).unwrap();
     let io = controller(Path::new(BLKIO), dev).unwrap();
     assert_eq!(io.version(), Version::V1);
-    let caps = Caps { write_iops: Some(300.0), ..Caps::NONE };
+    let caps = Caps {
+        write_iops: Some(300.0),
+        ..Caps::NONE
+    };
     io.set_caps(&cg.0, &caps).unwrap();
     assert_eq!(io.caps(&cg.0).unwrap(), caps);
 
@@ -101,11 +128,19 @@ fn v1_blk_throttle_caps_and_counts_real_direct_io() {
     let after = io.read(&cg.0).unwrap();
     let w = &out.jobs[0].write;
     // The cap holds (a throttle bounds from above, whatever the machine's noise).
-    assert!(w.iops <= 300.0 * 1.15, "capped at 300 IOPS, fio saw {}", w.iops);
+    assert!(
+        w.iops <= 300.0 * 1.15,
+        "capped at 300 IOPS, fio saw {}",
+        w.iops
+    );
     assert!(w.total_ios > 0);
     // The cgroup counted fio's I/O (to within what fio counts around its start and end).
     let counted = after.write_ios - before.write_ios;
-    assert!((counted as f64 - w.total_ios as f64).abs() <= 0.05 * w.total_ios as f64 + 8.0, "cgroup {counted} vs fio {}", w.total_ios);
+    assert!(
+        (counted as f64 - w.total_ios as f64).abs() <= 0.05 * w.total_ios as f64 + 8.0,
+        "cgroup {counted} vs fio {}",
+        w.total_ios
+    );
     assert_eq!(after.write_bytes - before.write_bytes, counted * 4096);
 
     // Clearing removes the limit: the kernel file no longer lists the device.
@@ -132,9 +167,13 @@ fn a_removed_cgroup_reads_as_not_found() {
 
 #[test]
 fn not_a_block_device_is_refused() {
-    let e = DevId::of_block_device(Path::new("/etc/hostname")).unwrap_err().to_string();
+    let e = DevId::of_block_device(Path::new("/etc/hostname"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("/etc/hostname is not a block device"), "{e}");
-    let e = DevId::of_block_device(Path::new("/dev/no-such-disk")).unwrap_err().to_string();
+    let e = DevId::of_block_device(Path::new("/dev/no-such-disk"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("/dev/no-such-disk"), "{e}");
 }
 
@@ -142,7 +181,11 @@ fn mounts_under(dir: &Path) -> Vec<String> {
     std::fs::read_to_string("/proc/mounts")
         .unwrap()
         .lines()
-        .filter(|l| l.split_whitespace().nth(1).is_some_and(|m| m.starts_with(dir.to_str().unwrap())))
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|m| m.starts_with(dir.to_str().unwrap()))
+        })
         .map(String::from)
         .collect()
 }
@@ -153,7 +196,12 @@ fn rig_serves_its_capacity_changes_it_live_and_leaves_nothing() {
         return;
     }
     let state = tempfile::tempdir().unwrap();
-    let spec = RigSpec { iops: 1000, bps: None, size_unit: None, size: 256 << 20 };
+    let spec = RigSpec {
+        iops: 1000,
+        bps: None,
+        size_unit: None,
+        size: 256 << 20,
+    };
     let rig = Rig::up(spec, state.path()).unwrap();
     struct Down<'a>(&'a Path);
     impl Drop for Down<'_> {
@@ -165,7 +213,10 @@ fn rig_serves_its_capacity_changes_it_live_and_leaves_nothing() {
     let dev = rig.device.clone().unwrap();
     DevId::of_block_device(&dev).unwrap();
 
-    let root = TestCgroup(PathBuf::from(format!("iofloor-test-rig-{}", std::process::id())));
+    let root = TestCgroup(PathBuf::from(format!(
+        "iofloor-test-rig-{}",
+        std::process::id()
+    )));
     cgroup::create(Path::new(BLKIO), &root.0).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let out = run_fio_in(&root.0, &job(&dev, tmp.path(), "randread", 4096, 4, 2.0));
@@ -176,12 +227,21 @@ fn rig_serves_its_capacity_changes_it_live_and_leaves_nothing() {
     rig.set_limits(&RigSpec { iops: 300, ..spec }).unwrap();
     let out = run_fio_in(&root.0, &job(&dev, tmp.path(), "randread", 4096, 4, 2.0));
     let second = out.jobs[0].read.iops;
-    assert!(second <= 300.0 * 1.15 && second < first * 0.5, "after the QMP change to 300: {second}");
+    assert!(
+        second <= 300.0 * 1.15 && second < first * 0.5,
+        "after the QMP change to 300: {second}"
+    );
 
     assert_eq!(Rig::down_all(state.path()).unwrap(), 1);
     assert!(!rig.dir.exists(), "rig directory left behind");
     let attached = Command::new("losetup").arg("-a").output().unwrap();
-    assert!(!String::from_utf8_lossy(&attached.stdout).contains(rig.dir.to_str().unwrap()), "loop device left");
+    assert!(
+        !String::from_utf8_lossy(&attached.stdout).contains(rig.dir.to_str().unwrap()),
+        "loop device left"
+    );
     assert!(mounts_under(&rig.dir).is_empty(), "FUSE mount left");
-    assert!(!Path::new(&format!("/proc/{}", rig.qsd_pid.unwrap())).exists(), "qemu-storage-daemon left running");
+    assert!(
+        !Path::new(&format!("/proc/{}", rig.qsd_pid.unwrap())).exists(),
+        "qemu-storage-daemon left running"
+    );
 }

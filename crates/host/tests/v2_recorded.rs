@@ -25,7 +25,10 @@ fn copy_tree(src: &Path, dst: &Path) {
     }
 }
 
-const NVME: DevId = DevId { major: 259, minor: 0 };
+const NVME: DevId = DevId {
+    major: 259,
+    minor: 0,
+};
 
 #[test]
 fn reads_io_stat_and_io_max() {
@@ -33,11 +36,25 @@ fn reads_io_stat_and_io_max() {
     assert_eq!(detect(root.path()).unwrap(), Version::V2);
     let io = controller(root.path(), NVME).unwrap();
     let c = io.read(Path::new("kubepods/pod1")).unwrap();
-    assert_eq!((c.read_ios, c.write_ios, c.read_bytes, c.write_bytes), (1000, 1000, 4_096_000, 65_536_000));
+    assert_eq!(
+        (c.read_ios, c.write_ios, c.read_bytes, c.write_bytes),
+        (1000, 1000, 4_096_000, 65_536_000)
+    );
     let caps = io.caps(Path::new("kubepods/pod1")).unwrap();
-    assert_eq!(caps, Caps { read_iops: None, write_iops: Some(2000.0), read_bps: None, write_bps: Some(10485760.0) });
+    assert_eq!(
+        caps,
+        Caps {
+            read_iops: None,
+            write_iops: Some(2000.0),
+            read_bps: None,
+            write_bps: Some(10485760.0)
+        }
+    );
     // A cgroup without I/O on the device has no line: zero counters, no caps.
-    assert_eq!(io.read(Path::new("kubepods/pod2")).unwrap(), Default::default());
+    assert_eq!(
+        io.read(Path::new("kubepods/pod2")).unwrap(),
+        Default::default()
+    );
     assert_eq!(io.caps(Path::new("kubepods/pod2")).unwrap(), Caps::NONE);
 }
 
@@ -45,7 +62,12 @@ fn reads_io_stat_and_io_max() {
 fn writes_io_max_with_max_for_no_limit() {
     let root = fixture();
     let io = controller(root.path(), NVME).unwrap();
-    let caps = Caps { read_iops: Some(500.4), write_iops: None, read_bps: None, write_bps: Some(1e6) };
+    let caps = Caps {
+        read_iops: Some(500.4),
+        write_iops: None,
+        read_bps: None,
+        write_bps: Some(1e6),
+    };
     io.set_caps(Path::new("kubepods/pod2"), &caps).unwrap();
     let written = std::fs::read_to_string(root.path().join("kubepods/pod2/io.max")).unwrap();
     assert_eq!(written, "259:0 rbps=max wbps=1000000 riops=501 wiops=max");
@@ -54,12 +76,19 @@ fn writes_io_max_with_max_for_no_limit() {
 #[test]
 fn garbage_and_missing_cgroups_are_errors_naming_the_file() {
     let root = fixture();
-    std::fs::write(root.path().join("kubepods/pod2/io.stat"), "259:0 rbytes=12 wbytes\n").unwrap();
+    std::fs::write(
+        root.path().join("kubepods/pod2/io.stat"),
+        "259:0 rbytes=12 wbytes\n",
+    )
+    .unwrap();
     let io = controller(root.path(), NVME).unwrap();
     let e = io.read(Path::new("kubepods/pod2")).unwrap_err().to_string();
     assert!(e.contains("pod2/io.stat") && e.contains("wbytes"), "{e}");
     let gone = io.read(Path::new("kubepods/pod9")).unwrap_err();
-    assert!(gone.is_not_found() && gone.to_string().contains("pod9"), "{gone}");
+    assert!(
+        gone.is_not_found() && gone.to_string().contains("pod9"),
+        "{gone}"
+    );
 }
 
 #[test]

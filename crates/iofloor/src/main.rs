@@ -15,7 +15,11 @@ mod scenarios;
 mod top;
 
 #[derive(Parser)]
-#[command(name = "iofloor", version, about = "I/O floors for tenants sharing flash")]
+#[command(
+    name = "iofloor",
+    version,
+    about = "I/O floors for tenants sharing flash"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -221,7 +225,10 @@ fn main() -> ExitCode {
             eprintln!("iofloor: error: {e:#}");
             if e.downcast_ref::<BadInput>().is_some() {
                 ExitCode::from(2)
-            } else if matches!(e.downcast_ref::<iofloor_bench::BenchError>(), Some(iofloor_bench::BenchError::Interrupted)) {
+            } else if matches!(
+                e.downcast_ref::<iofloor_bench::BenchError>(),
+                Some(iofloor_bench::BenchError::Interrupted)
+            ) {
                 ExitCode::from(130)
             } else {
                 ExitCode::from(1)
@@ -261,7 +268,9 @@ fn load_scenario(arg: &str) -> anyhow::Result<Scenario> {
         return Scenario::load(path).map_err(|e| bad(e.to_string()));
     }
     match scenarios::builtin(arg) {
-        Some(text) => Scenario::parse(text, &format!("scenarios/{arg}.toml")).map_err(|e| bad(e.to_string())),
+        Some(text) => {
+            Scenario::parse(text, &format!("scenarios/{arg}.toml")).map_err(|e| bad(e.to_string()))
+        }
         None => Err(bad(format!(
             "no scenario file `{arg}` and no shipped scenario of that name (shipped: {})",
             scenarios::names().join(", ")
@@ -273,39 +282,67 @@ fn parse_policies(names: &[String]) -> anyhow::Result<Vec<PolicyKind>> {
     if names.is_empty() {
         return Ok(PolicyKind::ALL.to_vec());
     }
-    names.iter().map(|n| n.parse::<PolicyKind>().map_err(|e| bad(format!("--policy: {e}")))).collect()
+    names
+        .iter()
+        .map(|n| {
+            n.parse::<PolicyKind>()
+                .map_err(|e| bad(format!("--policy: {e}")))
+        })
+        .collect()
 }
 
 fn verdict(scenario: &Scenario) -> admission::AdmissionVerdict {
-    let mixes: Vec<_> = scenario.tenants.iter().map(|t| (&t.spec, scenario.expected_mix(t))).collect();
-    admission::check(&scenario.policy_model, scenario.policy.floor.target_utilisation, &mixes)
+    let mixes: Vec<_> = scenario
+        .tenants
+        .iter()
+        .map(|t| (&t.spec, scenario.expected_mix(t)))
+        .collect();
+    admission::check(
+        &scenario.policy_model,
+        scenario.policy.floor.target_utilisation,
+        &mixes,
+    )
 }
 
 fn progress_bar() -> ProgressBar {
     let bar = ProgressBar::new(1000);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} {msg:12} [{bar:40}] {percent:>3}% {elapsed} (eta {eta})")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{spinner} {msg:12} [{bar:40}] {percent:>3}% {elapsed} (eta {eta})",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     bar
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Sim { scenario, policies, out, json, time_scale, threads, allow_overcommit, device_model } => {
+        Command::Sim {
+            scenario,
+            policies,
+            out,
+            json,
+            time_scale,
+            threads,
+            allow_overcommit,
+            device_model,
+        } => {
             let mut sc = load_scenario(&scenario)?;
             if let Some(path) = device_model {
                 let (model, knee) = load_model(&path)?;
                 sc.device.cost = model;
                 // The knee is where latency reaches 1.5x unloaded: about 1.5x the parallelism.
-                sc.device.parallelism = knee.map(|k| (k / 1.5).round().max(1.0) as u32).unwrap_or(1);
+                sc.device.parallelism =
+                    knee.map(|k| (k / 1.5).round().max(1.0) as u32).unwrap_or(1);
                 sc.device.jitter = 0.0;
                 sc.device.write_cliff = None;
             }
             let policies = parse_policies(&policies)?;
             if !(time_scale.is_finite() && time_scale > 0.0 && time_scale <= 100.0) {
-                return Err(bad(format!("--time-scale must be in (0, 100], got {time_scale}")));
+                return Err(bad(format!(
+                    "--time-scale must be in (0, 100], got {time_scale}"
+                )));
             }
             if time_scale != 1.0 {
                 sc = sc.time_scaled(time_scale);
@@ -319,15 +356,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 )));
             }
             let threads = threads
-                .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+                .unwrap_or_else(|| {
+                    std::thread::available_parallelism()
+                        .map(|n| n.get())
+                        .unwrap_or(1)
+                })
                 .clamp(1, 64);
             let bar = progress_bar();
-            let runs = iofloor_sim::run_policies(&sc, &policies, threads, &|f| bar.set_position((f * 1000.0) as u64));
+            let runs = iofloor_sim::run_policies(&sc, &policies, threads, &|f| {
+                bar.set_position((f * 1000.0) as u64)
+            });
             bar.finish_and_clear();
             // Only the asked-for policies are reported, plus `none` (the reference).
             let compared = iofloor_report::compare(&runs);
             if let Some(dir) = &out {
-                let written = render::write_dir(dir, &runs).with_context(|| format!("writing {}", dir.display()))?;
+                let written = render::write_dir(dir, &runs)
+                    .with_context(|| format!("writing {}", dir.display()))?;
                 eprintln!("report: {}", written.html.display());
             }
             if json {
@@ -358,8 +402,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 println!("{}: {}", sc.name, v.summary());
                 for t in &v.tenants {
-                    let cost = t.floor_cost.map(|c| format!("{:.1}%", c * 100.0)).unwrap_or_else(|| "unpriced".into());
-                    println!("  {:<16} {:>8}  {}", t.name, cost, if t.guaranteed { "guaranteed" } else { "NOT guaranteed" });
+                    let cost = t
+                        .floor_cost
+                        .map(|c| format!("{:.1}%", c * 100.0))
+                        .unwrap_or_else(|| "unpriced".into());
+                    println!(
+                        "  {:<16} {:>8}  {}",
+                        t.name,
+                        cost,
+                        if t.guaranteed {
+                            "guaranteed"
+                        } else {
+                            "NOT guaranteed"
+                        }
+                    );
                 }
             }
             if v.admitted {
@@ -368,14 +424,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 Err(bad(format!("{}: {}", sc.name, v.summary())))
             }
         }
-        Command::Bench { scenario, device, policies, time_scale, out, json, model, cgroup_root, alone_secs, vm_path } => {
+        Command::Bench {
+            scenario,
+            device,
+            policies,
+            time_scale,
+            out,
+            json,
+            model,
+            cgroup_root,
+            alone_secs,
+            vm_path,
+        } => {
             let mut sc = load_scenario(&scenario)?;
             let policies = parse_policies(&policies)?;
             if !(time_scale.is_finite() && time_scale > 0.0 && time_scale <= 100.0) {
-                return Err(bad(format!("--time-scale must be in (0, 100], got {time_scale}")));
+                return Err(bad(format!(
+                    "--time-scale must be in (0, 100], got {time_scale}"
+                )));
             }
             if !(alone_secs.is_finite() && alone_secs >= 2.0) {
-                return Err(bad(format!("--alone-secs must be at least 2, got {alone_secs}")));
+                return Err(bad(format!(
+                    "--alone-secs must be at least 2, got {alone_secs}"
+                )));
             }
             if time_scale != 1.0 {
                 sc = sc.time_scaled(time_scale);
@@ -399,7 +470,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 vm_paths: vm_path == "qemu",
             };
             let dev = iofloor_bench::preflight(&sc, &opts).map_err(bench_error)?;
-            if !opts.vm_paths && sc.tenants.iter().any(|t| t.spec.class == iofloor_core::TenantClass::Vm) {
+            if !opts.vm_paths
+                && sc
+                    .tenants
+                    .iter()
+                    .any(|t| t.spec.class == iofloor_core::TenantClass::Vm)
+            {
                 // Said rather than pretended.
                 eprintln!("note: VM tenants run as fio in cgroups (--vm-path qemu puts them behind QEMU's block layer)");
             }
@@ -418,7 +494,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             bar.finish_and_clear();
             let runs = runs.map_err(bench_error)?;
             let compared = iofloor_report::compare(&runs);
-            let written = render::write_dir(&out, &runs).with_context(|| format!("writing {}", out.display()))?;
+            let written = render::write_dir(&out, &runs)
+                .with_context(|| format!("writing {}", out.display()))?;
             eprintln!("report: {}", written.html.display());
             if json {
                 println!("{}", render::summary_json(&sc.name, &compared));
@@ -429,7 +506,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Calibrate { device, out, secs, json } => {
+        Command::Calibrate {
+            device,
+            out,
+            secs,
+            json,
+        } => {
             iofloor_host::DevId::of_block_device(&device).map_err(|e| bad(e.to_string()))?;
             iofloor_host::fio::check_version().map_err(|e| bad(e.to_string()))?;
             if !(secs.is_finite() && (1.0..=600.0).contains(&secs)) {
@@ -441,21 +523,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 device.display(),
                 iofloor_bench::calibrate::planned(secs).as_secs_f64()
             );
-            let cal = iofloor_bench::calibrate::calibrate(&device, work.path(), secs, &|what| eprintln!("  {what}"))
-                .map_err(bench_error)?;
+            let cal = iofloor_bench::calibrate::calibrate(&device, work.path(), secs, &|what| {
+                eprintln!("  {what}")
+            })
+            .map_err(bench_error)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&cal)?);
             } else {
                 for h in &cal.held_out {
                     eprintln!(
                         "  held out {:<20} measured {:>9.0} IOPS, model {:>9.0} ({:+.1}%)",
-                        h.name, h.measured_iops, h.predicted_iops, h.error * 100.0
+                        h.name,
+                        h.measured_iops,
+                        h.predicted_iops,
+                        h.error * 100.0
                     );
                 }
             }
             match out {
                 Some(path) => {
-                    std::fs::write(&path, cal.to_toml()).with_context(|| format!("writing {}", path.display()))?;
+                    std::fs::write(&path, cal.to_toml())
+                        .with_context(|| format!("writing {}", path.display()))?;
                     eprintln!("model written to {}", path.display());
                 }
                 None if !json => print!("{}", cal.to_toml()),
@@ -464,7 +552,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Run { config, check } => {
-            let config = iofloor_daemon::config::Config::load(&config).map_err(|e| bad(e.to_string()))?;
+            let config =
+                iofloor_daemon::config::Config::load(&config).map_err(|e| bad(e.to_string()))?;
             if check {
                 println!(
                     "{}: ok ({} devices, {} tenant entries, policy {})",
@@ -487,14 +576,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             iofloor_daemon::run(config)
         }
         Command::Top { url, sort, once } => top::run(&url, &sort, once),
-        Command::Lag { device, cap, trials, cgroup_root, json } => {
+        Command::Lag {
+            device,
+            cap,
+            trials,
+            cgroup_root,
+            json,
+        } => {
             if !(cap.is_finite() && cap >= 1.0) || !(1..=100).contains(&trials) {
                 return Err(bad("--cap must be at least 1 and --trials 1..100"));
             }
             iofloor_host::fio::check_version().map_err(|e| bad(e.to_string()))?;
             let work = tempfile::tempdir().context("a scratch directory")?;
-            let r = iofloor_bench::lag::enforcement_lag(&device, &cgroup_root, cap, trials, work.path())
-                .map_err(bench_error)?;
+            let r = iofloor_bench::lag::enforcement_lag(
+                &device,
+                &cgroup_root,
+                cap,
+                trials,
+                work.path(),
+            )
+            .map_err(bench_error)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
@@ -503,7 +604,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         "trial {i}: {:.0} IOPS before, {:.0} after a cap of {cap:.0}: lag {}",
                         t.iops_before,
                         t.iops_after,
-                        t.lag_s.map(|l| format!("{:.0} ms", l * 1e3)).unwrap_or_else(|| "over 1 s".into())
+                        t.lag_s
+                            .map(|l| format!("{:.0} ms", l * 1e3))
+                            .unwrap_or_else(|| "over 1 s".into())
                     );
                 }
                 match r.median_lag_s {
@@ -513,17 +616,33 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Demo { scenario, time_scale, out } => {
+        Command::Demo {
+            scenario,
+            time_scale,
+            out,
+        } => {
             let sc = load_scenario(&scenario)?;
             // A rig that serves as many I/Os as the scenario's device does for its mix.
-            let mixes: Vec<_> = sc.tenants.iter().filter_map(|t| sc.expected_mix(t)).collect();
-            let (ios, cost) = mixes
+            let mixes: Vec<_> = sc
+                .tenants
                 .iter()
-                .fold((0.0, 0.0), |(i, c), m| (i + m.iops(), c + sc.device.cost.cost_rate(m)));
+                .filter_map(|t| sc.expected_mix(t))
+                .collect();
+            let (ios, cost) = mixes.iter().fold((0.0, 0.0), |(i, c), m| {
+                (i + m.iops(), c + sc.device.cost.cost_rate(m))
+            });
             let iops = (ios / cost).round() as u64;
             let state = out.join("rig");
-            let spec = iofloor_host::rig::RigSpec { iops, bps: None, size_unit: None, size: 1 << 30 };
-            eprintln!("bringing up a rig of {iops} IOPS (the {} device for its I/O mix)", sc.name);
+            let spec = iofloor_host::rig::RigSpec {
+                iops,
+                bps: None,
+                size_unit: None,
+                size: 1 << 30,
+            };
+            eprintln!(
+                "bringing up a rig of {iops} IOPS (the {} device for its I/O mix)",
+                sc.name
+            );
             let rig = iofloor_host::rig::Rig::up(spec, &state).map_err(|e| bad(e.to_string()))?;
             struct RigGuard(PathBuf);
             impl Drop for RigGuard {
@@ -551,24 +670,40 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             })
         }
         Command::Rig { action } => match action {
-            RigAction::Up { iops, bps, size_unit, size, state_dir } => {
+            RigAction::Up {
+                iops,
+                bps,
+                size_unit,
+                size,
+                state_dir,
+            } => {
                 let bps = match bps {
-                    Some(text) => match iofloor_core::Rate::parse(&text).map_err(|e| bad(format!("--bps: {e}")))? {
+                    Some(text) => match iofloor_core::Rate::parse(&text)
+                        .map_err(|e| bad(format!("--bps: {e}")))?
+                    {
                         iofloor_core::Rate::BytesPerSec(b) => Some(b.round() as u64),
-                        other => return Err(bad(format!("--bps: `{text}` is {other}, not a bandwidth"))),
+                        other => {
+                            return Err(bad(format!("--bps: `{text}` is {other}, not a bandwidth")))
+                        }
                     },
                     None => None,
                 };
                 let spec = iofloor_host::rig::RigSpec {
                     iops,
                     bps,
-                    size_unit: size_unit.as_deref().map(|s| parse_size_arg("--size-unit", s)).transpose()?,
+                    size_unit: size_unit
+                        .as_deref()
+                        .map(|s| parse_size_arg("--size-unit", s))
+                        .transpose()?,
                     size: parse_size_arg("--size", &size)?,
                 };
                 spec.validate().map_err(|e| bad(e.to_string()))?;
                 let rig = iofloor_host::rig::Rig::up(spec, &state_dir)?;
                 eprintln!("rig in {} ({} IOPS)", rig.dir.display(), spec.iops);
-                println!("{}", rig.device.expect("a started rig has a device").display());
+                println!(
+                    "{}",
+                    rig.device.expect("a started rig has a device").display()
+                );
                 Ok(())
             }
             RigAction::Down { state_dir } => {
@@ -580,7 +715,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 for r in iofloor_host::rig::Rig::list(&state_dir)? {
                     println!(
                         "{}\t{} IOPS\t{}",
-                        r.device.map(|d| d.display().to_string()).unwrap_or_else(|| "(starting)".into()),
+                        r.device
+                            .map(|d| d.display().to_string())
+                            .unwrap_or_else(|| "(starting)".into()),
                         r.spec.iops,
                         r.dir.display()
                     );

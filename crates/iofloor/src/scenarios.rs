@@ -6,11 +6,17 @@ const BUILTIN: [(&str, &str); 5] = [
     ("noisy-20", include_str!("../../../scenarios/noisy-20.toml")),
     ("size-mix", include_str!("../../../scenarios/size-mix.toml")),
     ("hybrid", include_str!("../../../scenarios/hybrid.toml")),
-    ("hybrid-real", include_str!("../../../scenarios/bench/hybrid-real.toml")),
+    (
+        "hybrid-real",
+        include_str!("../../../scenarios/bench/hybrid-real.toml"),
+    ),
 ];
 
 pub fn builtin(name: &str) -> Option<&'static str> {
-    BUILTIN.iter().find(|(n, _)| *n == name).map(|(_, text)| *text)
+    BUILTIN
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, text)| *text)
 }
 
 pub fn names() -> Vec<&'static str> {

@@ -51,8 +51,12 @@ impl SortBy {
 
 fn fetch<T: serde::de::DeserializeOwned>(base: &str, path: &str) -> anyhow::Result<T> {
     let url = format!("{}{path}", base.trim_end_matches('/'));
-    let mut resp = ureq::get(&url).call().with_context(|| format!("GET {url}"))?;
-    resp.body_mut().read_json::<T>().with_context(|| format!("GET {url}: not the iofloor API"))
+    let mut resp = ureq::get(&url)
+        .call()
+        .with_context(|| format!("GET {url}"))?;
+    resp.body_mut()
+        .read_json::<T>()
+        .with_context(|| format!("GET {url}: not the iofloor API"))
 }
 
 fn sort(tenants: &mut [TenantView], by: SortBy) {
@@ -88,7 +92,11 @@ fn caps_text(t: &TenantView) -> String {
         ("w", c.write_bps, true),
     ] {
         if let Some(v) = v {
-            parts.push(if bytes { format!("{label} {}/s", format_bytes(v)) } else { format!("{label} {v:.0} IOPS") });
+            parts.push(if bytes {
+                format!("{label} {}/s", format_bytes(v))
+            } else {
+                format!("{label} {v:.0} IOPS")
+            });
         }
     }
     if parts.is_empty() {
@@ -98,7 +106,18 @@ fn caps_text(t: &TenantView) -> String {
     }
 }
 
-const HEADER: [&str; 10] = ["TENANT", "CLASS", "IOPS", "BW/s", "COST%", "LAT ms", "FLOOR", "MET", "CAPS", "THROTTLED s"];
+const HEADER: [&str; 10] = [
+    "TENANT",
+    "CLASS",
+    "IOPS",
+    "BW/s",
+    "COST%",
+    "LAT ms",
+    "FLOOR",
+    "MET",
+    "CAPS",
+    "THROTTLED s",
+];
 
 fn row(t: &TenantView) -> [String; 10] {
     let (iops, bw, cost, lat) = match (&t.usage, t.available) {
@@ -106,10 +125,16 @@ fn row(t: &TenantView) -> [String; 10] {
             format!("{:.0}", u.iops),
             format_bytes(u.bytes_per_sec),
             format!("{:.1}", u.cost * 100.0),
-            u.latency_us.map(|l| format!("{:.2}", l / 1e3)).unwrap_or_else(|| "-".into()),
+            u.latency_us
+                .map(|l| format!("{:.2}", l / 1e3))
+                .unwrap_or_else(|| "-".into()),
         ),
         _ => {
-            let why = if t.available { "-".to_string() } else { "unavailable".to_string() };
+            let why = if t.available {
+                "-".to_string()
+            } else {
+                "unavailable".to_string()
+            };
             (why, "-".into(), "-".into(), "-".into())
         }
     };
@@ -140,8 +165,12 @@ fn status_line(s: &Status) -> String {
             format!(
                 "{} util {} queue {}",
                 d.device,
-                d.utilisation.map(|u| format!("{:.0}%", u * 100.0)).unwrap_or_else(|| "-".into()),
-                d.avg_queue.map(|q| format!("{q:.1}")).unwrap_or_else(|| "-".into())
+                d.utilisation
+                    .map(|u| format!("{:.0}%", u * 100.0))
+                    .unwrap_or_else(|| "-".into()),
+                d.avg_queue
+                    .map(|q| format!("{q:.1}"))
+                    .unwrap_or_else(|| "-".into())
             )
         })
         .collect();
@@ -168,7 +197,14 @@ fn print_once(status: &Status, tenants: &[TenantView]) {
         }
     }
     let line = |cells: Vec<&str>| {
-        cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string()
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
     };
     println!("{}", line(HEADER.to_vec()));
     for r in &rows {
@@ -177,8 +213,11 @@ fn print_once(status: &Status, tenants: &[TenantView]) {
 }
 
 pub fn run(url: &str, sort_arg: &str, once: bool) -> anyhow::Result<()> {
-    let mut by = SortBy::parse(sort_arg)
-        .ok_or_else(|| crate::bad(format!("--sort: `{sort_arg}` is not one of usage, cost, floor, name")))?;
+    let mut by = SortBy::parse(sort_arg).ok_or_else(|| {
+        crate::bad(format!(
+            "--sort: `{sort_arg}` is not one of usage, cost, floor, name"
+        ))
+    })?;
     let status: Status = fetch(url, "/api/v1/status")?;
     if once {
         let mut list: TenantList = fetch(url, "/api/v1/tenants")?;
@@ -193,13 +232,17 @@ pub fn run(url: &str, sort_arg: &str, once: bool) -> anyhow::Result<()> {
             let fetched = fetch::<Status>(url, "/api/v1/status")
                 .and_then(|s| fetch::<TenantList>(url, "/api/v1/tenants").map(|t| (s, t)));
             terminal.draw(|frame| {
-                let [head, body] = Layout::vertical([Constraint::Length(2), Constraint::Min(0)]).areas(frame.area());
+                let [head, body] = Layout::vertical([Constraint::Length(2), Constraint::Min(0)])
+                    .areas(frame.area());
                 match &fetched {
                     Ok((status, list)) => {
                         let mut tenants = list.tenants.clone();
                         sort(&mut tenants, by);
                         let help = format!("sorted by {} · s: sort · q: quit", by.label());
-                        frame.render_widget(Paragraph::new(vec![Line::from(status_line(status)), Line::from(help)]), head);
+                        frame.render_widget(
+                            Paragraph::new(vec![Line::from(status_line(status)), Line::from(help)]),
+                            head,
+                        );
                         let rows = tenants.iter().map(|t| {
                             let style = if t.floor_met == Some(false) || !t.available {
                                 Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED)
@@ -221,12 +264,18 @@ pub fn run(url: &str, sort_arg: &str, once: bool) -> anyhow::Result<()> {
                             Constraint::Length(11),
                         ];
                         let table = Table::new(rows, widths)
-                            .header(Row::new(HEADER).style(Style::default().add_modifier(Modifier::BOLD)))
+                            .header(
+                                Row::new(HEADER)
+                                    .style(Style::default().add_modifier(Modifier::BOLD)),
+                            )
                             .block(Block::bordered().title(" tenants "));
                         frame.render_widget(table, body);
                     }
                     Err(e) => {
-                        frame.render_widget(Paragraph::new(format!("{e:#}\n(retrying; q to quit)")), frame.area());
+                        frame.render_widget(
+                            Paragraph::new(format!("{e:#}\n(retrying; q to quit)")),
+                            frame.area(),
+                        );
                     }
                 }
             })?;
@@ -235,7 +284,12 @@ pub fn run(url: &str, sort_arg: &str, once: bool) -> anyhow::Result<()> {
                     use crossterm::event::KeyCode;
                     match k.code {
                         KeyCode::Char('q') | KeyCode::Esc => return Ok(()),
-                        KeyCode::Char('c') if k.modifiers.contains(crossterm::event::KeyModifiers::CONTROL) => return Ok(()),
+                        KeyCode::Char('c')
+                            if k.modifiers
+                                .contains(crossterm::event::KeyModifiers::CONTROL) =>
+                        {
+                            return Ok(())
+                        }
                         KeyCode::Char('s') => by = by.next(),
                         _ => {}
                     }

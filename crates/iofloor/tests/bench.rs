@@ -31,7 +31,8 @@ fn fio_pids_in_bench_cgroups() -> Vec<u32> {
         let parent = PathBuf::from("/sys/fs/cgroup/blkio").join(cg);
         for e in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
             if e.path().is_dir() {
-                let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
+                let procs =
+                    std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
                 pids.extend(procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
             }
         }
@@ -41,17 +42,31 @@ fn fio_pids_in_bench_cgroups() -> Vec<u32> {
 
 #[track_caller]
 fn assert_nothing_left(rig: &TestRig) {
-    assert!(bench_cgroups().is_empty(), "bench cgroups left: {:?}", bench_cgroups());
+    assert!(
+        bench_cgroups().is_empty(),
+        "bench cgroups left: {:?}",
+        bench_cgroups()
+    );
     assert!(fio_pids_in_bench_cgroups().is_empty());
     // Only the test's own rig is attached, and it is removed by its guard.
-    let attached = String::from_utf8_lossy(&Command::new("losetup").arg("-a").output().unwrap().stdout).to_string();
+    let attached =
+        String::from_utf8_lossy(&Command::new("losetup").arg("-a").output().unwrap().stdout)
+            .to_string();
     for line in attached.lines() {
-        assert!(line.starts_with(&format!("{}:", rig.device)), "unexpected loop device: {line}");
+        assert!(
+            line.starts_with(&format!("{}:", rig.device)),
+            "unexpected loop device: {line}"
+        );
     }
 }
 
 fn scenario_file(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> PathBuf {
-    let text = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios").join(format!("{name}.toml"))).unwrap();
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../scenarios")
+            .join(format!("{name}.toml")),
+    )
+    .unwrap();
     let p = dir.join(format!("{name}.toml"));
     std::fs::write(&p, edit(text)).unwrap();
     p
@@ -67,16 +82,40 @@ fn bench_on_the_rig_keeps_floors_and_follows_the_contract() {
     let out_dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
     let out = Command::new(bin())
-        .args(["bench", "noisy-4", "--device", &rig.device, "--policy", "floor", "--time-scale", "0.1", "--alone-secs", "4", "--json", "--out"])
+        .args([
+            "bench",
+            "noisy-4",
+            "--device",
+            &rig.device,
+            "--policy",
+            "floor",
+            "--time-scale",
+            "0.1",
+            "--alone-secs",
+            "4",
+            "--json",
+            "--out",
+        ])
         .arg(out_dir.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "bench: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "bench: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
     assert_eq!(v["scenario"], "noisy-4");
     let none = &v["policies"]["none"];
     let floor = &v["policies"]["floor"];
-    for key in ["floor_miss_rate", "work_conservation", "protected_p99_ratio", "aggregate_iops", "aggregate_bytes_per_s", "decision_time_us_max"] {
+    for key in [
+        "floor_miss_rate",
+        "work_conservation",
+        "protected_p99_ratio",
+        "aggregate_iops",
+        "aggregate_bytes_per_s",
+        "decision_time_us_max",
+    ] {
         assert!(floor[key].is_number(), "floor.{key}");
     }
     let miss = |p: &Value| p["floor_miss_rate"].as_f64().unwrap();
@@ -93,12 +132,27 @@ fn bench_on_the_rig_keeps_floors_and_follows_the_contract() {
     assert!(miss(floor) <= 0.02, "floor-miss {}", miss(floor));
     assert!(floor["work_conservation"].as_f64().unwrap() >= 0.9);
     // The quiet tenants got their rates: min over windows ≥ 90 % of the floor.
-    for t in floor["tenants"].as_array().unwrap().iter().filter(|t| t["noisy"] == false) {
-        assert!(t["min"].as_f64().unwrap() >= 0.9 * t["floor"].as_f64().unwrap(), "{t}");
+    for t in floor["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["noisy"] == false)
+    {
+        assert!(
+            t["min"].as_f64().unwrap() >= 0.9 * t["floor"].as_f64().unwrap(),
+            "{t}"
+        );
     }
     // Raw records first: the report rebuilds from them.
-    assert!(out_dir.path().join("runs/floor.json").exists() && out_dir.path().join("report.html").exists());
-    let again = Command::new(bin()).args(["report", "--json"]).arg(out_dir.path()).output().unwrap();
+    assert!(
+        out_dir.path().join("runs/floor.json").exists()
+            && out_dir.path().join("report.html").exists()
+    );
+    let again = Command::new(bin())
+        .args(["report", "--json"])
+        .arg(out_dir.path())
+        .output()
+        .unwrap();
     assert_eq!(serde_json::from_slice::<Value>(&again.stdout).unwrap(), v);
     assert_nothing_left(&rig);
 }
@@ -123,24 +177,95 @@ fn bench_refuses_bad_input_with_exit_2_and_creates_nothing() {
         assert!(e.contains(needle), "`{needle}` not in {e}");
         assert!(bench_cgroups().is_empty());
     };
-    check(run(&["bench", "noisy-4", "--device", "/dev/no-such-disk"], None), "/dev/no-such-disk");
-    check(run(&["bench", "noisy-4", "--device", "/etc/hostname"], None), "not a block device");
+    check(
+        run(&["bench", "noisy-4", "--device", "/dev/no-such-disk"], None),
+        "/dev/no-such-disk",
+    );
+    check(
+        run(&["bench", "noisy-4", "--device", "/etc/hostname"], None),
+        "not a block device",
+    );
     let rig = TestRig::up(640);
-    check(run(&["bench", "noisy-4", "--device", &rig.device, "--cgroup-root", "/tmp"], None), "is blkio mounted");
+    check(
+        run(
+            &[
+                "bench",
+                "noisy-4",
+                "--device",
+                &rig.device,
+                "--cgroup-root",
+                "/tmp",
+            ],
+            None,
+        ),
+        "is blkio mounted",
+    );
     let no_fio = tempfile::tempdir().unwrap();
-    check(run(&["bench", "noisy-4", "--device", &rig.device], Some(no_fio.path().to_str().unwrap())), "`fio` not found");
+    check(
+        run(
+            &["bench", "noisy-4", "--device", &rig.device],
+            Some(no_fio.path().to_str().unwrap()),
+        ),
+        "`fio` not found",
+    );
     let dir = tempfile::tempdir().unwrap();
-    let over = scenario_file(dir.path(), "noisy-4", |t| t.replacen("floor = \"3MB/s\"", "floor = \"60MB/s\"", 1));
-    check(run(&["bench", over.to_str().unwrap(), "--device", &rig.device], None), "admission control");
-    check(run(&["bench", "noisy-4", "--device", &rig.device, "--policy", "best"], None), "unknown policy");
-    check(run(&["rig", "up", "--iops", "0", "--state-dir", dir.path().to_str().unwrap()], None), "--iops");
+    let over = scenario_file(dir.path(), "noisy-4", |t| {
+        t.replacen("floor = \"3MB/s\"", "floor = \"60MB/s\"", 1)
+    });
+    check(
+        run(
+            &["bench", over.to_str().unwrap(), "--device", &rig.device],
+            None,
+        ),
+        "admission control",
+    );
+    check(
+        run(
+            &[
+                "bench",
+                "noisy-4",
+                "--device",
+                &rig.device,
+                "--policy",
+                "best",
+            ],
+            None,
+        ),
+        "unknown policy",
+    );
+    check(
+        run(
+            &[
+                "rig",
+                "up",
+                "--iops",
+                "0",
+                "--state-dir",
+                dir.path().to_str().unwrap(),
+            ],
+            None,
+        ),
+        "--iops",
+    );
     assert_nothing_left(&rig);
 }
 
 /// Starts a bench in the background and waits until its fio processes run.
 fn start_bench(rig: &TestRig, out: &Path) -> std::process::Child {
     let child = Command::new(bin())
-        .args(["bench", "noisy-4", "--device", &rig.device, "--policy", "floor", "--time-scale", "0.1", "--alone-secs", "30", "--out"])
+        .args([
+            "bench",
+            "noisy-4",
+            "--device",
+            &rig.device,
+            "--policy",
+            "floor",
+            "--time-scale",
+            "0.1",
+            "--alone-secs",
+            "30",
+            "--out",
+        ])
         .arg(out)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -164,9 +289,17 @@ fn ctrl_c_stops_the_bench_and_removes_everything() {
     let rig = TestRig::up(640);
     let out = tempfile::tempdir().unwrap();
     let child = start_bench(&rig, out.path());
-    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
     let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(130), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(String::from_utf8_lossy(&o.stderr).contains("interrupted"));
     assert_nothing_left(&rig);
 }
@@ -182,11 +315,17 @@ fn fio_dying_mid_run_fails_the_bench_cleanly() {
     let child = start_bench(&rig, out.path());
     // One of the fio processes the bench (our child) started.
     let victim = fio_pids_in_bench_cgroups()[0];
-    Command::new("kill").args(["-KILL", &victim.to_string()]).status().unwrap();
+    Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap();
     let o = child.wait_with_output().unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{e}");
-    assert!(e.contains("ended early") && e.contains(&victim.to_string()), "{e}");
+    assert!(
+        e.contains("ended early") && e.contains(&victim.to_string()),
+        "{e}"
+    );
     assert_nothing_left(&rig);
 }
 
@@ -205,35 +344,88 @@ fn simulator_matches_the_rig() {
     let rig = TestRig::up(640);
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("rig.toml");
-    let cal = Command::new(bin()).args(["calibrate", &rig.device, "--secs", "2", "--out"]).arg(&model).output().unwrap();
-    assert!(cal.status.success(), "calibrate: {}", String::from_utf8_lossy(&cal.stderr));
-    let text = std::fs::read_to_string(&model).unwrap();
-    assert!(text.contains("wrandiops") && text.contains("queue_knee"), "{text}");
-    let real = Command::new(bin())
-        .args(["bench", "noisy-4", "--device", &rig.device, "--policy", "floor", "--time-scale", "0.15", "--alone-secs", "4", "--json", "--out"])
-        .arg(dir.path().join("real"))
-        .output()
-        .unwrap();
-    assert!(real.status.success(), "bench: {}", String::from_utf8_lossy(&real.stderr));
-    let sim = Command::new(bin())
-        .args(["sim", "noisy-4", "--policy", "floor", "--time-scale", "0.15", "--json", "--device-model"])
+    let cal = Command::new(bin())
+        .args(["calibrate", &rig.device, "--secs", "2", "--out"])
         .arg(&model)
         .output()
         .unwrap();
-    assert!(sim.status.success(), "sim: {}", String::from_utf8_lossy(&sim.stderr));
+    assert!(
+        cal.status.success(),
+        "calibrate: {}",
+        String::from_utf8_lossy(&cal.stderr)
+    );
+    let text = std::fs::read_to_string(&model).unwrap();
+    assert!(
+        text.contains("wrandiops") && text.contains("queue_knee"),
+        "{text}"
+    );
+    let real = Command::new(bin())
+        .args([
+            "bench",
+            "noisy-4",
+            "--device",
+            &rig.device,
+            "--policy",
+            "floor",
+            "--time-scale",
+            "0.15",
+            "--alone-secs",
+            "4",
+            "--json",
+            "--out",
+        ])
+        .arg(dir.path().join("real"))
+        .output()
+        .unwrap();
+    assert!(
+        real.status.success(),
+        "bench: {}",
+        String::from_utf8_lossy(&real.stderr)
+    );
+    let sim = Command::new(bin())
+        .args([
+            "sim",
+            "noisy-4",
+            "--policy",
+            "floor",
+            "--time-scale",
+            "0.15",
+            "--json",
+            "--device-model",
+        ])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(
+        sim.status.success(),
+        "sim: {}",
+        String::from_utf8_lossy(&sim.stderr)
+    );
     let real: Value = serde_json::from_slice(&real.stdout).unwrap();
     let sim: Value = serde_json::from_slice(&sim.stdout).unwrap();
     for p in ["none", "floor"] {
         let (r, s) = (&real["policies"][p], &sim["policies"][p]);
         for key in ["aggregate_iops", "aggregate_bytes_per_s"] {
             let (rv, sv) = (r[key].as_f64().unwrap(), s[key].as_f64().unwrap());
-            eprintln!("{p} {key}: real {rv:.0}, sim {sv:.0} ({:+.1}%)", (sv - rv) / rv * 100.0);
-            assert!((sv - rv).abs() <= 0.10 * rv, "{p} {key}: real {rv}, sim {sv}");
+            eprintln!(
+                "{p} {key}: real {rv:.0}, sim {sv:.0} ({:+.1}%)",
+                (sv - rv) / rv * 100.0
+            );
+            assert!(
+                (sv - rv).abs() <= 0.10 * rv,
+                "{p} {key}: real {rv}, sim {sv}"
+            );
         }
-        let (rv, sv) = (r["floor_miss_rate"].as_f64().unwrap(), s["floor_miss_rate"].as_f64().unwrap());
+        let (rv, sv) = (
+            r["floor_miss_rate"].as_f64().unwrap(),
+            s["floor_miss_rate"].as_f64().unwrap(),
+        );
         eprintln!("{p} floor_miss_rate: real {rv:.3}, sim {sv:.3}");
         if p == "floor" {
-            assert!((sv - rv).abs() <= 0.02, "{p} floor-miss: real {rv}, sim {sv}");
+            assert!(
+                (sv - rv).abs() <= 0.02,
+                "{p} floor-miss: real {rv}, sim {sv}"
+            );
         }
     }
 }
@@ -254,24 +446,56 @@ fn hybrid_real_vm_through_qemu_container_keeps_its_fast_path() {
     let rig = TestRig::up(2000);
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(bin())
-        .args(["bench", "hybrid-real", "--device", &rig.device, "--vm-path", "qemu", "--policy", "floor", "--time-scale", "0.4", "--alone-secs", "32", "--json", "--out"])
+        .args([
+            "bench",
+            "hybrid-real",
+            "--device",
+            &rig.device,
+            "--vm-path",
+            "qemu",
+            "--policy",
+            "floor",
+            "--time-scale",
+            "0.4",
+            "--alone-secs",
+            "32",
+            "--json",
+            "--out",
+        ])
         .arg(dir.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "bench: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "bench: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let wc = v["policies"]["floor"]["work_conservation"].as_f64().unwrap();
-    let run = |p: &str| -> Value { serde_json::from_str(&std::fs::read_to_string(dir.path().join(format!("runs/{p}.json"))).unwrap()).unwrap() };
+    let wc = v["policies"]["floor"]["work_conservation"]
+        .as_f64()
+        .unwrap();
+    let run = |p: &str| -> Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join(format!("runs/{p}.json"))).unwrap(),
+        )
+        .unwrap()
+    };
     let (none, floor) = (run("none"), run("floor"));
     // The last two phases (QD 64 and 128), their first second excluded.
     let deep = |r: &Value, tenant: usize| -> f64 {
-        let ws: Vec<f64> = r["windows"].as_array().unwrap().iter()
+        let ws: Vec<f64> = r["windows"]
+            .as_array()
+            .unwrap()
+            .iter()
             .filter(|w| w["t"].as_f64().unwrap() >= 25.0)
             .map(|w| w["tenants"][tenant]["got"]["iops"].as_f64().unwrap())
             .collect();
         ws.iter().sum::<f64>() / ws.len() as f64
     };
-    let alone: Vec<f64> = floor["tenants"][0]["alone_windows"].as_array().unwrap().iter()
+    let alone: Vec<f64> = floor["tenants"][0]["alone_windows"]
+        .as_array()
+        .unwrap()
+        .iter()
         .enumerate()
         .filter(|(k, _)| *k >= 25)
         .map(|(_, w)| w["got"]["iops"].as_f64().unwrap())
@@ -283,11 +507,26 @@ fn hybrid_real_vm_through_qemu_container_keeps_its_fast_path() {
         c_none / alone * 100.0,
         c_floor / alone * 100.0
     );
-    assert!(c_floor >= 0.85 * alone, "container under floor {c_floor} vs alone {alone}");
-    assert!(c_floor >= 1.05 * c_none, "floor gives the container no more than none ({c_floor} vs {c_none})");
+    assert!(
+        c_floor >= 0.85 * alone,
+        "container under floor {c_floor} vs alone {alone}"
+    );
+    assert!(
+        c_floor >= 1.05 * c_none,
+        "floor gives the container no more than none ({c_floor} vs {c_none})"
+    );
     assert!(vm_floor >= 95.0, "VM below its floor: {vm_floor}");
     assert!(wc >= 0.95, "work conservation {wc}");
     assert_nothing_left(&rig);
-    assert!(!String::from_utf8_lossy(&Command::new("pgrep").args(["-a", "qemu-storage"]).output().unwrap().stdout)
-        .contains("vm-paths"), "a VM path was left running");
+    assert!(
+        !String::from_utf8_lossy(
+            &Command::new("pgrep")
+                .args(["-a", "qemu-storage"])
+                .output()
+                .unwrap()
+                .stdout
+        )
+        .contains("vm-paths"),
+        "a VM path was left running"
+    );
 }

@@ -5,7 +5,10 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn iofloor(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_iofloor")).args(args).output().expect("run iofloor")
+    Command::new(env!("CARGO_BIN_EXE_iofloor"))
+        .args(args)
+        .output()
+        .expect("run iofloor")
 }
 
 fn scenario(name: &str) -> String {
@@ -22,7 +25,17 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn sim_json_follows_the_contract() {
-    let out = iofloor(&["sim", "noisy-4", "--policy", "floor", "--policy", "top-throttle", "--json", "--time-scale", "0.1"]);
+    let out = iofloor(&[
+        "sim",
+        "noisy-4",
+        "--policy",
+        "floor",
+        "--policy",
+        "top-throttle",
+        "--json",
+        "--time-scale",
+        "0.1",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
     assert_eq!(v["scenario"], "noisy-4");
@@ -30,7 +43,14 @@ fn sim_json_follows_the_contract() {
     // `none` is always run as the work-conservation reference.
     for p in ["none", "floor", "top-throttle"] {
         let m = &policies[p];
-        for key in ["floor_miss_rate", "work_conservation", "protected_p99_ratio", "aggregate_iops", "aggregate_bytes_per_s", "decision_time_us_max"] {
+        for key in [
+            "floor_miss_rate",
+            "work_conservation",
+            "protected_p99_ratio",
+            "aggregate_iops",
+            "aggregate_bytes_per_s",
+            "decision_time_us_max",
+        ] {
             assert!(m[key].is_number(), "{p}.{key} = {}", m[key]);
         }
         assert!(m["reaction_time_s"].is_number() || m["reaction_time_s"].is_null());
@@ -52,9 +72,28 @@ fn sim_json_follows_the_contract() {
 fn results_directory_rebuilds_the_same_report() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
-    let out = iofloor(&["sim", &scenario("size-mix"), "--policy", "floor", "--time-scale", "0.1", "--out", d, "--json"]);
+    let out = iofloor(&[
+        "sim",
+        &scenario("size-mix"),
+        "--policy",
+        "floor",
+        "--time-scale",
+        "0.1",
+        "--out",
+        d,
+        "--json",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    for f in ["summary.json", "report.md", "report.html", "runs/none.json", "runs/floor.json", "charts/floor-throughput.svg", "charts/floor-queue.svg", "charts/floor-floors.svg"] {
+    for f in [
+        "summary.json",
+        "report.md",
+        "report.html",
+        "runs/none.json",
+        "runs/floor.json",
+        "charts/floor-throughput.svg",
+        "charts/floor-queue.svg",
+        "charts/floor-floors.svg",
+    ] {
         assert!(dir.path().join(f).exists(), "{f} missing");
     }
     let first: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -82,7 +121,12 @@ fn noisy4() -> String {
 
 #[track_caller]
 fn assert_refused(out: &Output, needles: &[&str]) {
-    assert_eq!(out.status.code(), Some(2), "exit code; stderr: {}", stderr(out));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "exit code; stderr: {}",
+        stderr(out)
+    );
     let e = stderr(out);
     for n in needles {
         assert!(e.contains(n), "`{n}` not in: {e}");
@@ -95,23 +139,55 @@ fn assert_refused(out: &Output, needles: &[&str]) {
 fn bad_input_is_refused_with_the_field_and_line() {
     let base = noisy4();
     // Missing field.
-    assert_refused(&sim_text(&base.replacen("duration = \"600s\"\n", "", 1)), &["bad.toml", "missing field `duration`"]);
+    assert_refused(
+        &sim_text(&base.replacen("duration = \"600s\"\n", "", 1)),
+        &["bad.toml", "missing field `duration`"],
+    );
     // Wrong unit: "10 MB/s" and "10MiB/s" parse; a bogus unit names field and line.
-    let ok = sim_text(&base.replacen("floor = \"8MB/s\"", "floor = \"8 MB/s\"", 1).replace("duration = \"600s\"", "duration = \"20s\""));
+    let ok = sim_text(
+        &base
+            .replacen("floor = \"8MB/s\"", "floor = \"8 MB/s\"", 1)
+            .replace("duration = \"600s\"", "duration = \"20s\""),
+    );
     assert!(ok.status.success(), "{}", stderr(&ok));
-    let ok = sim_text(&base.replacen("floor = \"8MB/s\"", "floor = \"7.5MiB/s\"", 1).replace("duration = \"600s\"", "duration = \"20s\""));
+    let ok = sim_text(
+        &base
+            .replacen("floor = \"8MB/s\"", "floor = \"7.5MiB/s\"", 1)
+            .replace("duration = \"600s\"", "duration = \"20s\""),
+    );
     assert!(ok.status.success(), "{}", stderr(&ok));
-    assert_refused(&sim_text(&base.replacen("floor = \"8MB/s\"", "floor = \"8 MBps\"", 1)), &["line 32", "floor = ", "no rate unit"]);
+    assert_refused(
+        &sim_text(&base.replacen("floor = \"8MB/s\"", "floor = \"8 MBps\"", 1)),
+        &["line 32", "floor = ", "no rate unit"],
+    );
     // Negative and zero rates.
-    assert_refused(&sim_text(&base.replacen("rate = \"8MB/s\"", "rate = \"-8MB/s\"", 1)), &["rate = ", "greater than zero"]);
-    assert_refused(&sim_text(&base.replacen("floor = \"3MB/s\"", "floor = \"0iops\"", 1)), &["floor = ", "greater than zero"]);
-    assert_refused(&sim_text(&base.replace("wrandiops = 2926", "wrandiops = 0")), &["device.wrandiops"]);
+    assert_refused(
+        &sim_text(&base.replacen("rate = \"8MB/s\"", "rate = \"-8MB/s\"", 1)),
+        &["rate = ", "greater than zero"],
+    );
+    assert_refused(
+        &sim_text(&base.replacen("floor = \"3MB/s\"", "floor = \"0iops\"", 1)),
+        &["floor = ", "greater than zero"],
+    );
+    assert_refused(
+        &sim_text(&base.replace("wrandiops = 2926", "wrandiops = 0")),
+        &["device.wrandiops"],
+    );
     // Unknown keys are errors.
-    assert_refused(&sim_text(&base.replace("jitter = 0.1", "jitter = 0.1\njiter = 0.2")), &["unknown field `jiter`"]);
+    assert_refused(
+        &sim_text(&base.replace("jitter = 0.1", "jitter = 0.1\njiter = 0.2")),
+        &["unknown field `jiter`"],
+    );
     // Floors that exceed the device: admission control says which.
-    assert_refused(&sim_text(&base.replacen("floor = \"3MB/s\"", "floor = \"30MB/s\"", 1)), &["admission control", "cannot guarantee: vm4"]);
+    assert_refused(
+        &sim_text(&base.replacen("floor = \"3MB/s\"", "floor = \"30MB/s\"", 1)),
+        &["admission control", "cannot guarantee: vm4"],
+    );
     // Not TOML at all.
-    assert_refused(&sim_text("this is [not toml"), &["bad.toml", "TOML parse error"]);
+    assert_refused(
+        &sim_text("this is [not toml"),
+        &["bad.toml", "TOML parse error"],
+    );
 }
 
 #[test]
@@ -135,11 +211,18 @@ fn admission_control_reports_per_tenant() {
     assert_eq!(v["tenants"].as_array().unwrap().len(), 20);
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("over.toml");
-    std::fs::write(&p, noisy4().replacen("floor = \"6MB/s\"", "floor = \"60%\"", 1)).unwrap();
+    std::fs::write(
+        &p,
+        noisy4().replacen("floor = \"6MB/s\"", "floor = \"60%\"", 1),
+    )
+    .unwrap();
     let out = iofloor(&["admit", p.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("vm3") && text.contains("NOT guaranteed"), "{text}");
+    assert!(
+        text.contains("vm3") && text.contains("NOT guaranteed"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -156,16 +239,35 @@ fn run_refuses_a_bad_config_with_file_line_and_key_and_leaves_nothing() {
     std::fs::write(&path, &good).unwrap();
     let o = iofloor(&["run", "--config", path_text, "--check"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("ok (1 devices, 1 tenant entries, policy floor)"));
+    assert!(String::from_utf8_lossy(&o.stdout)
+        .contains("ok (1 devices, 1 tenant entries, policy floor)"));
 
     for (edit, needle) in [
-        (good.replace("floor = \"100 IOPS\"", "floor = \"100 IOPZ\""), "iofloor.toml:10: `tenant.floor`"),
-        (good.replace("floor = \"100 IOPS\"", "floor = \"100 IOPS\"\nceilin = \"5 IOPS\""), "iofloor.toml:11: `tenant.ceilin`: unknown field"),
-        (good.replace("id = \"7:0\"", "id = \"seven\""), "iofloor.toml:4: device[0] `id`"),
-        (good.replace("[api]\nlisten = \"off\"", "[api]\nlisten = \"here\""), "iofloor.toml:2: `api.listen`"),
+        (
+            good.replace("floor = \"100 IOPS\"", "floor = \"100 IOPZ\""),
+            "iofloor.toml:10: `tenant.floor`",
+        ),
+        (
+            good.replace(
+                "floor = \"100 IOPS\"",
+                "floor = \"100 IOPS\"\nceilin = \"5 IOPS\"",
+            ),
+            "iofloor.toml:11: `tenant.ceilin`: unknown field",
+        ),
+        (
+            good.replace("id = \"7:0\"", "id = \"seven\""),
+            "iofloor.toml:4: device[0] `id`",
+        ),
+        (
+            good.replace("[api]\nlisten = \"off\"", "[api]\nlisten = \"here\""),
+            "iofloor.toml:2: `api.listen`",
+        ),
     ] {
         std::fs::write(&path, edit).unwrap();
-        for args in [&["run", "--config", path_text, "--check"][..], &["run", "--config", path_text]] {
+        for args in [
+            &["run", "--config", path_text, "--check"][..],
+            &["run", "--config", path_text],
+        ] {
             let o = iofloor(args);
             assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
             assert!(stderr(&o).contains(needle), "want {needle}: {}", stderr(&o));
@@ -174,5 +276,9 @@ fn run_refuses_a_bad_config_with_file_line_and_key_and_leaves_nothing() {
     }
     let o = iofloor(&["run", "--config", "/nonexistent/iofloor.toml"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("/nonexistent/iofloor.toml"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("/nonexistent/iofloor.toml"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -100,20 +100,33 @@ pub fn stacked_throughput(run: &RunRecord) -> ChartResult {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(format!("{} / {}: stacked throughput", run.scenario, run.policy), ("sans-serif", 18))
+            .caption(
+                format!("{} / {}: stacked throughput", run.scenario, run.policy),
+                ("sans-serif", 18),
+            )
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
             .build_cartesian_2d(0.0..run.duration_s.max(1.0), 0.0..(top * 1.1).max(1e-9))
             .map_err(err)?;
-        chart.configure_mesh().x_desc("time (s)").y_desc(label).draw().map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .y_desc(label)
+            .draw()
+            .map_err(err)?;
         for i in (0..n).rev() {
             let colour = palette(i);
             chart
-                .draw_series(AreaSeries::new(stacks[i].iter().copied(), 0.0, colour.mix(0.8)).border_style(colour))
+                .draw_series(
+                    AreaSeries::new(stacks[i].iter().copied(), 0.0, colour.mix(0.8))
+                        .border_style(colour),
+                )
                 .map_err(err)?
                 .label(run.tenants[i].name.clone())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled())
+                });
         }
         legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         root.present().map_err(err)?;
@@ -131,29 +144,50 @@ pub fn per_tenant_vs_floor(run: &RunRecord) -> ChartResult {
         .iter()
         .flat_map(|w| w.tenants.iter().map(|t| t.got.in_unit(unit) * scale))
         .fold(0.0f64, f64::max)
-        .max(run.tenants.iter().filter_map(|t| t.floor).map(|f| f.value() * scale).fold(0.0, f64::max));
+        .max(
+            run.tenants
+                .iter()
+                .filter_map(|t| t.floor)
+                .map(|f| f.value() * scale)
+                .fold(0.0, f64::max),
+        );
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(format!("{} / {}: each tenant against its floor (dashed)", run.scenario, run.policy), ("sans-serif", 18))
+            .caption(
+                format!(
+                    "{} / {}: each tenant against its floor (dashed)",
+                    run.scenario, run.policy
+                ),
+                ("sans-serif", 18),
+            )
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
             .build_cartesian_2d(0.0..run.duration_s.max(1.0), 0.0..(top * 1.1).max(1e-9))
             .map_err(err)?;
-        chart.configure_mesh().x_desc("time (s)").y_desc(label).draw().map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .y_desc(label)
+            .draw()
+            .map_err(err)?;
         for (i, t) in run.tenants.iter().enumerate() {
             let colour = palette(i);
             chart
                 .draw_series(LineSeries::new(
-                    run.windows.iter().map(|w| (w.t, w.tenants[i].got.in_unit(unit) * scale)),
+                    run.windows
+                        .iter()
+                        .map(|w| (w.t, w.tenants[i].got.in_unit(unit) * scale)),
                     colour.stroke_width(2),
                 ))
                 .map_err(err)?
                 .label(t.name.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], colour.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 15, y)], colour.stroke_width(2))
+                });
             if let Some(floor) = t.floor.filter(|f| f.unit() == unit) {
                 let y = floor.value() * scale;
                 chart
@@ -175,7 +209,12 @@ pub fn per_tenant_vs_floor(run: &RunRecord) -> ChartResult {
 /// Device queue size and mean response time over time.
 pub fn queue_and_latency(run: &RunRecord) -> ChartResult {
     register_font();
-    let q_top = run.windows.iter().map(|w| w.device.avg_queue).fold(0.0f64, f64::max).max(1.0);
+    let q_top = run
+        .windows
+        .iter()
+        .map(|w| w.device.avg_queue)
+        .fold(0.0f64, f64::max)
+        .max(1.0);
     let l_top = run
         .windows
         .iter()
@@ -187,7 +226,13 @@ pub fn queue_and_latency(run: &RunRecord) -> ChartResult {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(format!("{} / {}: device queue and response time", run.scenario, run.policy), ("sans-serif", 18))
+            .caption(
+                format!(
+                    "{} / {}: device queue and response time",
+                    run.scenario, run.policy
+                ),
+                ("sans-serif", 18),
+            )
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
@@ -195,18 +240,34 @@ pub fn queue_and_latency(run: &RunRecord) -> ChartResult {
             .build_cartesian_2d(0.0..run.duration_s.max(1.0), 0.0..q_top * 1.1)
             .map_err(err)?
             .set_secondary_coord(0.0..run.duration_s.max(1.0), 0.0..l_top * 1.1);
-        chart.configure_mesh().x_desc("time (s)").y_desc("queue size (I/Os)").draw().map_err(err)?;
-        chart.configure_secondary_axes().y_desc("mean response time (ms)").draw().map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .y_desc("queue size (I/Os)")
+            .draw()
+            .map_err(err)?;
+        chart
+            .configure_secondary_axes()
+            .y_desc("mean response time (ms)")
+            .draw()
+            .map_err(err)?;
         let blue = palette(0);
         let red = palette(3);
         chart
-            .draw_series(LineSeries::new(run.windows.iter().map(|w| (w.t, w.device.avg_queue)), blue.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                run.windows.iter().map(|w| (w.t, w.device.avg_queue)),
+                blue.stroke_width(2),
+            ))
             .map_err(err)?
             .label("queue size")
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], blue.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 15, y)], blue.stroke_width(2))
+            });
         chart
             .draw_secondary_series(LineSeries::new(
-                run.windows.iter().filter_map(|w| w.device.mean_latency_ms.map(|l| (w.t, l))),
+                run.windows
+                    .iter()
+                    .filter_map(|w| w.device.mean_latency_ms.map(|l| (w.t, l))),
                 red.stroke_width(2),
             ))
             .map_err(err)?

@@ -3,19 +3,7 @@
 use crate::record::{RunRecord, TenantWindow};
 use serde::{Deserialize, Serialize};
 
-/// A window counts as missed for a tenant when it receives less than this
-/// share of what it is entitled to.
-pub const MISS_THRESHOLD: f64 = 0.95;
-
-/// What the tenant is entitled to in a window, in its unit: its floor, or its
-/// demand if that is smaller. `None` when it has no floor.
-pub fn entitlement(floor: Option<f64>, demand: Option<f64>) -> Option<f64> {
-    let floor = floor?;
-    Some(match demand {
-        Some(d) => floor.min(d),
-        None => floor,
-    })
-}
+pub use iofloor_core::judge::{entitlement, MISS_THRESHOLD};
 
 fn window_missed(run: &RunRecord, i: usize, w: &TenantWindow) -> Option<bool> {
     let t = &run.tenants[i];
@@ -25,7 +13,10 @@ fn window_missed(run: &RunRecord, i: usize, w: &TenantWindow) -> Option<bool> {
     if entitled <= 0.0 {
         return None;
     }
-    Some(w.got.in_unit(t.unit) < MISS_THRESHOLD * entitled)
+    Some(!iofloor_core::judge::floor_met(
+        w.got.in_unit(t.unit),
+        entitled,
+    ))
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -61,7 +52,9 @@ pub struct PolicyMeasures {
 }
 
 fn after_warmup(run: &RunRecord) -> impl Iterator<Item = &crate::record::Window> {
-    run.windows.iter().filter(move |w| w.t + 1e-9 >= run.warmup_s)
+    run.windows
+        .iter()
+        .filter(move |w| w.t + 1e-9 >= run.warmup_s)
 }
 
 /// Computes every measure of one run except work conservation.
@@ -72,20 +65,31 @@ pub fn measure(run: &RunRecord) -> PolicyMeasures {
     let mut eligible = vec![0usize; n];
     let mut tenants = Vec::with_capacity(n);
     for (i, t) in run.tenants.iter().enumerate() {
-        let series: Vec<f64> = counted.iter().map(|w| w.tenants[i].got.in_unit(t.unit)).collect();
+        let series: Vec<f64> = counted
+            .iter()
+            .map(|w| w.tenants[i].got.in_unit(t.unit))
+            .collect();
         for w in &counted {
             if let Some(missed) = window_missed(run, i, &w.tenants[i]) {
                 eligible[i] += 1;
                 misses[i] += missed as usize;
             }
         }
-        let avg = if series.is_empty() { 0.0 } else { series.iter().sum::<f64>() / series.len() as f64 };
+        let avg = if series.is_empty() {
+            0.0
+        } else {
+            series.iter().sum::<f64>() / series.len() as f64
+        };
         tenants.push(TenantMeasures {
             name: t.name.clone(),
             class: t.class.as_str().to_string(),
             unit: t.unit.label().to_string(),
             floor: t.floor.map(|f| f.value()),
-            floor_miss_rate: if eligible[i] > 0 { misses[i] as f64 / eligible[i] as f64 } else { 0.0 },
+            floor_miss_rate: if eligible[i] > 0 {
+                misses[i] as f64 / eligible[i] as f64
+            } else {
+                0.0
+            },
             min: series.iter().copied().reduce(f64::min).unwrap_or(0.0),
             max: series.iter().copied().reduce(f64::max).unwrap_or(0.0),
             avg,
@@ -95,8 +99,11 @@ pub fn measure(run: &RunRecord) -> PolicyMeasures {
         });
     }
     let total_eligible: usize = eligible.iter().sum();
-    let floor_miss_rate =
-        if total_eligible > 0 { misses.iter().sum::<usize>() as f64 / total_eligible as f64 } else { 0.0 };
+    let floor_miss_rate = if total_eligible > 0 {
+        misses.iter().sum::<usize>() as f64 / total_eligible as f64
+    } else {
+        0.0
+    };
 
     let mean = |f: &dyn Fn(&crate::record::Window) -> f64| {
         if counted.is_empty() {
@@ -113,8 +120,14 @@ pub fn measure(run: &RunRecord) -> PolicyMeasures {
     let protected_p99_ratio = tenants
         .iter()
         .filter(|t| !t.noisy)
-        .filter_map(|t| t.alone_p99_ms.filter(|a| *a > 0.0).map(|a| t.p99_latency_ms / a))
-        .fold(None, |acc: Option<f64>, r| Some(acc.map_or(r, |a| a.max(r))));
+        .filter_map(|t| {
+            t.alone_p99_ms
+                .filter(|a| *a > 0.0)
+                .map(|a| t.p99_latency_ms / a)
+        })
+        .fold(None, |acc: Option<f64>, r| {
+            Some(acc.map_or(r, |a| a.max(r)))
+        });
 
     PolicyMeasures {
         floor_miss_rate,
@@ -137,12 +150,23 @@ pub fn measure(run: &RunRecord) -> PolicyMeasures {
 /// never recovered from counts until the end of the run.
 fn reaction(run: &RunRecord) -> (Option<f64>, usize) {
     let all_met = |w: &crate::record::Window| {
-        w.tenants.iter().enumerate().all(|(i, tw)| window_missed(run, i, tw) != Some(true))
+        w.tenants
+            .iter()
+            .enumerate()
+            .all(|(i, tw)| window_missed(run, i, tw) != Some(true))
     };
     let mut worst: Option<f64> = None;
     let mut unrecovered = 0;
-    for &step in run.steps.iter().filter(|&&s| s > 0.0 && s + 1e-9 >= run.warmup_s) {
-        let first = run.windows.iter().filter(|w| w.t + run.window_s > step + 1e-9).find(|w| all_met(w));
+    for &step in run
+        .steps
+        .iter()
+        .filter(|&&s| s > 0.0 && s + 1e-9 >= run.warmup_s)
+    {
+        let first = run
+            .windows
+            .iter()
+            .filter(|w| w.t + run.window_s > step + 1e-9)
+            .find(|w| all_met(w));
         let r = match first {
             Some(w) => (w.t - step).max(0.0),
             None => {
@@ -158,8 +182,14 @@ fn reaction(run: &RunRecord) -> (Option<f64>, usize) {
 /// Measures of several policies on one scenario; fills in work conservation
 /// against the `none` run when there is one.
 pub fn compare(runs: &[RunRecord]) -> Vec<(String, PolicyMeasures)> {
-    let mut out: Vec<(String, PolicyMeasures)> = runs.iter().map(|r| (r.policy.clone(), measure(r))).collect();
-    let reference = out.iter().find(|(p, _)| p == "none").map(|(_, m)| m.aggregate_cost);
+    let mut out: Vec<(String, PolicyMeasures)> = runs
+        .iter()
+        .map(|r| (r.policy.clone(), measure(r)))
+        .collect();
+    let reference = out
+        .iter()
+        .find(|(p, _)| p == "none")
+        .map(|(_, m)| m.aggregate_cost);
     if let Some(none_cost) = reference.filter(|c| *c > 0.0) {
         for (_, m) in &mut out {
             m.work_conservation = Some(m.aggregate_cost / none_cost);
@@ -177,8 +207,16 @@ mod tests {
 
     fn tw(got: f64, demand: f64) -> TenantWindow {
         TenantWindow {
-            got: Throughput { iops: got, bytes_per_s: got * 4096.0, cost: got / 1000.0 },
-            demand: Some(Throughput { iops: demand, bytes_per_s: demand * 4096.0, cost: demand / 1000.0 }),
+            got: Throughput {
+                iops: got,
+                bytes_per_s: got * 4096.0,
+                cost: got / 1000.0,
+            },
+            demand: Some(Throughput {
+                iops: demand,
+                bytes_per_s: demand * 4096.0,
+                cost: demand / 1000.0,
+            }),
             mean_latency_ms: None,
             cap_cost: None,
         }
@@ -205,10 +243,17 @@ mod tests {
             windows: series
                 .iter()
                 .enumerate()
-                .map(|(k, &(g, d))| Window { t: k as f64, tenants: vec![tw(g, d)], device: Default::default() })
+                .map(|(k, &(g, d))| Window {
+                    t: k as f64,
+                    tenants: vec![tw(g, d)],
+                    device: Default::default(),
+                })
                 .collect(),
             steps,
-            latency: vec![LatencySummary { p99_ms: 3.0, ..Default::default() }],
+            latency: vec![LatencySummary {
+                p99_ms: 3.0,
+                ..Default::default()
+            }],
             decision_time_us_max: 1.0,
             decision_time_us_mean: 1.0,
             ios_completed: 0,
@@ -219,7 +264,16 @@ mod tests {
     fn floor_miss_uses_entitlement_and_skips_warmup() {
         // Window 0 is warm-up. Then: met; missed (90 < 95); asks 50, gets 48 (met);
         // asks 50, gets 40 (missed).
-        let r = run(&[(0.0, 200.0), (100.0, 200.0), (90.0, 200.0), (48.0, 50.0), (40.0, 50.0)], vec![]);
+        let r = run(
+            &[
+                (0.0, 200.0),
+                (100.0, 200.0),
+                (90.0, 200.0),
+                (48.0, 50.0),
+                (40.0, 50.0),
+            ],
+            vec![],
+        );
         let m = measure(&r);
         assert_eq!(m.windows_counted, 4);
         assert!((m.floor_miss_rate - 0.5).abs() < 1e-12);
@@ -230,7 +284,16 @@ mod tests {
 
     #[test]
     fn reaction_is_time_to_first_window_with_all_floors_met() {
-        let r = run(&[(100.0, 200.0), (100.0, 200.0), (10.0, 200.0), (50.0, 200.0), (99.0, 200.0)], vec![2.5]);
+        let r = run(
+            &[
+                (100.0, 200.0),
+                (100.0, 200.0),
+                (10.0, 200.0),
+                (50.0, 200.0),
+                (99.0, 200.0),
+            ],
+            vec![2.5],
+        );
         let (worst, unrecovered) = reaction(&r);
         assert_eq!(unrecovered, 0);
         assert!((worst.unwrap() - 1.5).abs() < 1e-12);

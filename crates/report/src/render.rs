@@ -12,9 +12,15 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: not a run record: {source}")]
-    Parse { path: PathBuf, source: serde_json::Error },
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
     #[error("{0}")]
     Chart(String),
     #[error("{0}: no run records (runs/*.json) found")]
@@ -22,7 +28,10 @@ pub enum ReportError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
-    move |source| ReportError::Io { path: path.to_path_buf(), source }
+    move |source| ReportError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 fn num(v: f64) -> Value {
@@ -108,7 +117,11 @@ pub fn comparison_table(compared: &[(String, PolicyMeasures)]) -> String {
             fmt_pct(m.floor_miss_rate),
             fmt_opt(m.work_conservation, 3),
             fmt_opt(m.reaction_time_s, 1),
-            if m.unrecovered_steps > 0 { format!(" ({} never)", m.unrecovered_steps) } else { String::new() },
+            if m.unrecovered_steps > 0 {
+                format!(" ({} never)", m.unrecovered_steps)
+            } else {
+                String::new()
+            },
             fmt_opt(m.protected_p99_ratio, 2),
             m.aggregate_iops,
             m.aggregate_bytes_per_s / 1048576.0,
@@ -123,7 +136,9 @@ pub fn tenant_table(compared: &[(String, PolicyMeasures)]) -> String {
     let mut s = String::new();
     s.push_str("| tenant | class | floor | policy | min | max | avg | floor-miss | p99 (ms) | alone p99 (ms) |\n");
     s.push_str("|---|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
-    let Some((_, first)) = compared.first() else { return s };
+    let Some((_, first)) = compared.first() else {
+        return s;
+    };
     for (i, t) in first.tenants.iter().enumerate() {
         for (name, m) in compared {
             let tm = &m.tenants[i];
@@ -133,7 +148,9 @@ pub fn tenant_table(compared: &[(String, PolicyMeasures)]) -> String {
                 tm.name,
                 if tm.noisy { " (noisy)" } else { "" },
                 tm.class,
-                tm.floor.map(|f| fmt_tp(f, &tm.unit)).unwrap_or_else(|| "–".into()),
+                tm.floor
+                    .map(|f| fmt_tp(f, &tm.unit))
+                    .unwrap_or_else(|| "–".into()),
                 fmt_tp(tm.min, &tm.unit),
                 fmt_tp(tm.max, &tm.unit),
                 fmt_tp(tm.avg, &tm.unit),
@@ -151,7 +168,9 @@ pub fn tenant_table(compared: &[(String, PolicyMeasures)]) -> String {
 /// and latency under each policy, and alone where measured (seed 000 Fig. 6).
 /// Empty when the scenario has no steps or too many to tabulate.
 pub fn phase_table(runs: &[RunRecord]) -> String {
-    let Some(first) = runs.first() else { return String::new() };
+    let Some(first) = runs.first() else {
+        return String::new();
+    };
     if first.steps.is_empty() || first.steps.len() > 24 {
         return String::new();
     }
@@ -193,10 +212,19 @@ pub fn phase_table(runs: &[RunRecord]) -> String {
         for (i, t) in first.tenants.iter().enumerate() {
             let _ = write!(s, "| {from:.0} | {} | ", t.name);
             for r in runs {
-                let mut it = r.windows.iter().filter(|w| inside(w.t)).map(|w| &w.tenants[i]);
+                let mut it = r
+                    .windows
+                    .iter()
+                    .filter(|w| inside(w.t))
+                    .map(|w| &w.tenants[i]);
                 let _ = write!(s, "{} | ", cell(&mut it, t.unit));
             }
-            let mut alone = t.alone_windows.iter().enumerate().filter(|(k, _)| inside(*k as f64)).map(|(_, w)| w);
+            let mut alone = t
+                .alone_windows
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| inside(*k as f64))
+                .map(|(_, w)| w);
             let _ = writeln!(s, "{} |", cell(&mut alone, t.unit));
         }
     }
@@ -241,7 +269,12 @@ fn md_table_to_html(md: &str) -> String {
         if n == 1 {
             continue;
         }
-        let cells: Vec<&str> = line.trim().trim_matches('|').split('|').map(str::trim).collect();
+        let cells: Vec<&str> = line
+            .trim()
+            .trim_matches('|')
+            .split('|')
+            .map(str::trim)
+            .collect();
         let tag = if n == 0 { "th" } else { "td" };
         out.push_str("<tr>");
         for c in cells {
@@ -254,7 +287,9 @@ fn md_table_to_html(md: &str) -> String {
 }
 
 fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// Self-contained HTML report with the charts inline.
@@ -287,7 +322,11 @@ pub fn html(runs: &[RunRecord]) -> Result<String, ReportError> {
     }
     for r in runs {
         let _ = write!(s, "<h2>{}</h2>", html_escape(&r.policy));
-        for svg in [chart::stacked_throughput(r), chart::per_tenant_vs_floor(r), chart::queue_and_latency(r)] {
+        for svg in [
+            chart::stacked_throughput(r),
+            chart::per_tenant_vs_floor(r),
+            chart::queue_and_latency(r),
+        ] {
             s.push_str(&svg.map_err(ReportError::Chart)?);
         }
     }
@@ -330,13 +369,19 @@ fn render_dir(dir: &Path, runs: &[RunRecord]) -> Result<Written, ReportError> {
     }
     let compared = compare(runs);
     let summary = dir.join("summary.json");
-    let text = serde_json::to_string_pretty(&summary_json(&runs[0].scenario, &compared)).expect("json");
+    let text =
+        serde_json::to_string_pretty(&summary_json(&runs[0].scenario, &compared)).expect("json");
     std::fs::write(&summary, text).map_err(io_err(&summary))?;
     let markdown_path = dir.join("report.md");
-    std::fs::write(&markdown_path, markdown(runs, Some("charts"))).map_err(io_err(&markdown_path))?;
+    std::fs::write(&markdown_path, markdown(runs, Some("charts")))
+        .map_err(io_err(&markdown_path))?;
     let html_path = dir.join("report.html");
     std::fs::write(&html_path, html(runs)?).map_err(io_err(&html_path))?;
-    Ok(Written { summary, markdown: markdown_path, html: html_path })
+    Ok(Written {
+        summary,
+        markdown: markdown_path,
+        html: html_path,
+    })
 }
 
 /// Reads the raw runs of a results directory, `none` first, then by name.
@@ -349,7 +394,10 @@ pub fn load_dir(dir: &Path) -> Result<Vec<RunRecord>, ReportError> {
         if path.extension().is_some_and(|x| x == "json") {
             let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
             let run: RunRecord =
-                serde_json::from_str(&text).map_err(|source| ReportError::Parse { path: path.clone(), source })?;
+                serde_json::from_str(&text).map_err(|source| ReportError::Parse {
+                    path: path.clone(),
+                    source,
+                })?;
             runs.push(run);
         }
     }

@@ -6,7 +6,9 @@ use iofloor_sim::{simulate, Scenario};
 use std::path::PathBuf;
 
 fn scenario(name: &str) -> Scenario {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios").join(format!("{name}.toml"));
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios")
+        .join(format!("{name}.toml"));
     Scenario::load(&p).unwrap()
 }
 
@@ -17,7 +19,9 @@ fn bench(c: &mut Criterion) {
     let sc = scenario("hybrid").time_scaled(0.1);
     let ios = simulate(&sc, Some(PolicyKind::Floor), &|_| {}).ios_completed;
     group.throughput(Throughput::Elements(ios));
-    group.bench_function("hybrid-8s-floor", |b| b.iter(|| simulate(&sc, Some(PolicyKind::Floor), &|_| {})));
+    group.bench_function("hybrid-8s-floor", |b| {
+        b.iter(|| simulate(&sc, Some(PolicyKind::Floor), &|_| {}))
+    });
     group.finish();
 }
 

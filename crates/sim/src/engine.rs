@@ -11,7 +11,7 @@ use iofloor_core::control::{Backend, Controller, Counters, DeviceCounters};
 use iofloor_core::model::{Caps, Direction, TenantClass, TenantSpec};
 use iofloor_core::policy::{self, PolicyContext, PolicyKind};
 use iofloor_core::units::Rate;
-use iofloor_report::record::{DeviceWindow, LatencySummary, Throughput, TenantWindow, Window};
+use iofloor_report::record::{DeviceWindow, LatencySummary, TenantWindow, Throughput, Window};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 use rand_distr::Exp1;
@@ -38,8 +38,15 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 7] =
-        [Kind::Complete, Kind::PathDone, Kind::Wake, Kind::Release, Kind::Phase, Kind::Control, Kind::Window];
+    const ALL: [Kind; 7] = [
+        Kind::Complete,
+        Kind::PathDone,
+        Kind::Wake,
+        Kind::Release,
+        Kind::Phase,
+        Kind::Control,
+        Kind::Window,
+    ];
 }
 
 /// Bits of an event key that hold the sequence number; the rest hold the time
@@ -140,7 +147,9 @@ struct Bucket {
 
 impl Bucket {
     fn burst(&self) -> f64 {
-        self.rate.map(|r| r * THROTTLE_SLICE_NS).unwrap_or(f64::INFINITY)
+        self.rate
+            .map(|r| r * THROTTLE_SLICE_NS)
+            .unwrap_or(f64::INFINITY)
     }
 
     fn refill(&mut self, now: u64) {
@@ -267,7 +276,13 @@ impl<'s> Engine<'s> {
             job_specs: Vec::new(),
             tenants: Vec::new(),
             by_name: HashMap::new(),
-            dev: DeviceRt { stage: Stage { slots: sc.device.parallelism, ..Default::default() }, ..Default::default() },
+            dev: DeviceRt {
+                stage: Stage {
+                    slots: sc.device.parallelism,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
             rng: ChaCha8Rng::seed_from_u64(sc.seed),
             windows: Vec::new(),
             issued: 0,
@@ -281,7 +296,13 @@ impl<'s> Engine<'s> {
                 spec: Arc::new(t.spec.clone()),
                 throttle: Default::default(),
                 path: t.vm_path.map(|p| {
-                    (Stage { slots: p.threads, ..Default::default() }, p.overhead.as_nanos().max(1) as u64)
+                    (
+                        Stage {
+                            slots: p.threads,
+                            ..Default::default()
+                        },
+                        p.overhead.as_nanos().max(1) as u64,
+                    )
                 }),
                 counters: Counters {
                     latency_ns_total: (t.spec.class == TenantClass::Vm).then_some(0),
@@ -289,7 +310,8 @@ impl<'s> Engine<'s> {
                     ..Default::default()
                 },
                 acc: WindowAcc::default(),
-                hist: Histogram::new_with_bounds(1, 1_000_000_000_000, 2).expect("histogram bounds are valid"),
+                hist: Histogram::new_with_bounds(1, 1_000_000_000_000, 2)
+                    .expect("histogram bounds are valid"),
             });
             for job in &t.jobs {
                 let ji = e.jobs.len() as u32;
@@ -381,10 +403,23 @@ impl<'s> Engine<'s> {
                 inst.next_at = inst.next_at.max(behind) + spacing as u64;
             }
             let (tenant, bs, read_share, seq) = (job.tenant, job.bs, job.read_share, job.seq);
-            let write = !(read_share >= 1.0 || (read_share > 0.0 && self.rng.random::<f64>() < read_share));
-            let dir = if write { Direction::Write } else { Direction::Read };
+            let write =
+                !(read_share >= 1.0 || (read_share > 0.0 && self.rng.random::<f64>() < read_share));
+            let dir = if write {
+                Direction::Write
+            } else {
+                Direction::Read
+            };
             let cost = self.sc.device.cost.io_cost(dir, bs as f64, seq);
-            let io = Io { tenant, instance: id, write, seq, bytes: bs, issued: self.now, cost };
+            let io = Io {
+                tenant,
+                instance: id,
+                write,
+                seq,
+                bytes: bs,
+                issued: self.now,
+                cost,
+            };
             let idx = match self.free.pop() {
                 Some(i) => {
                     self.ios[i as usize] = io;
@@ -427,11 +462,23 @@ impl<'s> Engine<'s> {
 
     fn schedule_release(&mut self, tenant: u32, dir: usize) {
         let th = &self.tenants[tenant as usize].throttle[dir];
-        let Some(&head) = th.queue.front() else { return };
+        let Some(&head) = th.queue.front() else {
+            return;
+        };
         let bytes = self.ios[head as usize].bytes as f64;
-        let wait = th.iops.wait_ns(1.0).max(th.bps.wait_ns(bytes)).ceil().max(1.0);
+        let wait = th
+            .iops
+            .wait_ns(1.0)
+            .max(th.bps.wait_ns(bytes))
+            .ceil()
+            .max(1.0);
         let generation = th.generation;
-        self.push(self.now + wait as u64, Kind::Release, tenant, (dir as u32) | (generation << 1));
+        self.push(
+            self.now + wait as u64,
+            Kind::Release,
+            tenant,
+            (dir as u32) | (generation << 1),
+        );
     }
 
     fn release(&mut self, tenant: u32, tag: u32) {
@@ -444,7 +491,9 @@ impl<'s> Engine<'s> {
             let th = &mut self.tenants[tenant as usize].throttle[dir];
             th.iops.refill(now);
             th.bps.refill(now);
-            let Some(&head) = th.queue.front() else { return };
+            let Some(&head) = th.queue.front() else {
+                return;
+            };
             let bytes = self.ios[head as usize].bytes as f64;
             if !(th.iops.fits(1.0) && th.bps.fits(bytes)) {
                 break;
@@ -496,7 +545,10 @@ impl<'s> Engine<'s> {
 
     fn path_done(&mut self, idx: u32) {
         let tenant = self.ios[idx as usize].tenant as usize;
-        let (stage, overhead) = self.tenants[tenant].path.as_mut().expect("path event for a VM");
+        let (stage, overhead) = self.tenants[tenant]
+            .path
+            .as_mut()
+            .expect("path event for a VM");
         let overhead = *overhead;
         if let Some(next) = stage.queue.pop_front() {
             let at = self.now + overhead;
@@ -597,9 +649,14 @@ impl<'s> Engine<'s> {
             .map(|t| {
                 let acc = std::mem::take(&mut t.acc);
                 TenantWindow {
-                    got: Throughput { iops: acc.ios as f64 / w, bytes_per_s: acc.bytes as f64 / w, cost: acc.cost / w },
+                    got: Throughput {
+                        iops: acc.ios as f64 / w,
+                        bytes_per_s: acc.bytes as f64 / w,
+                        cost: acc.cost / w,
+                    },
                     demand: None,
-                    mean_latency_ms: (acc.ios > 0).then(|| acc.latency_ns as f64 / acc.ios as f64 / 1e6),
+                    mean_latency_ms: (acc.ios > 0)
+                        .then(|| acc.latency_ns as f64 / acc.ios as f64 / 1e6),
                     cap_cost: None,
                 }
             })
@@ -624,7 +681,10 @@ impl<'s> Engine<'s> {
         let end = self.sc.duration.as_nanos() as u64;
         let interval = self.sc.interval.as_nanos() as u64;
         let mut controller = policy.map(|kind| {
-            let ctx = PolicyContext { cost: self.sc.policy_model, capacity: 1.0 };
+            let ctx = PolicyContext {
+                cost: self.sc.policy_model,
+                capacity: 1.0,
+            };
             let specs = self.tenants.iter().map(|t| t.spec.clone()).collect();
             Controller::new(policy::build(kind, &self.sc.policy, ctx), specs)
         });
@@ -650,7 +710,10 @@ impl<'s> Engine<'s> {
                 Kind::Phase => self.apply_phase(a, b),
                 Kind::Control => {
                     if let Some(c) = controller.as_mut() {
-                        let report = c.tick(Duration::from_nanos(self.now), &mut SimBackend { engine: &mut self });
+                        let report = c.tick(
+                            Duration::from_nanos(self.now),
+                            &mut SimBackend { engine: &mut self },
+                        );
                         let us = report.decision_time.as_secs_f64() * 1e6;
                         dec_max = dec_max.max(us);
                         dec_sum += us;
@@ -690,7 +753,11 @@ impl<'s> Engine<'s> {
             windows: self.windows,
             latency,
             decision_time_us_max: dec_max,
-            decision_time_us_mean: if dec_n > 0 { dec_sum / dec_n as f64 } else { 0.0 },
+            decision_time_us_mean: if dec_n > 0 {
+                dec_sum / dec_n as f64
+            } else {
+                0.0
+            },
             ios_completed: self.completed,
             ios_issued: self.issued,
             ios_in_flight: in_flight,
@@ -717,7 +784,11 @@ impl Backend for SimBackend<'_, '_> {
     type Error = UnknownTenant;
 
     fn read_counters(&mut self, tenant: &TenantSpec) -> Result<Counters, UnknownTenant> {
-        let i = *self.engine.by_name.get(&tenant.name).ok_or_else(|| UnknownTenant(tenant.name.clone()))?;
+        let i = *self
+            .engine
+            .by_name
+            .get(&tenant.name)
+            .ok_or_else(|| UnknownTenant(tenant.name.clone()))?;
         Ok(self.engine.tenants[i as usize].counters)
     }
 
@@ -730,7 +801,11 @@ impl Backend for SimBackend<'_, '_> {
     }
 
     fn apply_caps(&mut self, tenant: &TenantSpec, caps: &Caps) -> Result<(), UnknownTenant> {
-        let i = *self.engine.by_name.get(&tenant.name).ok_or_else(|| UnknownTenant(tenant.name.clone()))?;
+        let i = *self
+            .engine
+            .by_name
+            .get(&tenant.name)
+            .ok_or_else(|| UnknownTenant(tenant.name.clone()))?;
         self.engine.set_caps(i, caps);
         Ok(())
     }

@@ -23,7 +23,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Runs one policy (or none at all) on a scenario and returns the raw output.
-pub fn simulate(scenario: &Scenario, policy: Option<PolicyKind>, progress: &dyn Fn(f64)) -> EngineOutput {
+pub fn simulate(
+    scenario: &Scenario,
+    policy: Option<PolicyKind>,
+    progress: &dyn Fn(f64),
+) -> EngineOutput {
     Engine::new(scenario).run(policy, progress)
 }
 
@@ -50,7 +54,9 @@ pub fn run_policies(
     }
     let mut tasks: Vec<Task> = (0..scenario.tenants.len()).map(Task::Alone).collect();
     tasks.extend(kinds.iter().map(|k| Task::Policy(*k)));
-    let alone_scenarios: Vec<Scenario> = (0..scenario.tenants.len()).map(|i| scenario.alone(i)).collect();
+    let alone_scenarios: Vec<Scenario> = (0..scenario.tenants.len())
+        .map(|i| scenario.alone(i))
+        .collect();
     // Alone runs have one tenant, so they weigh less in the progress estimate.
     let weights: Vec<f64> = tasks
         .iter()
@@ -62,7 +68,8 @@ pub fn run_policies(
     let total_weight: f64 = weights.iter().sum();
     let done = Mutex::new(vec![0.0f64; tasks.len()]);
     let next = AtomicUsize::new(0);
-    let outputs: Vec<Mutex<Option<EngineOutput>>> = tasks.iter().map(|_| Mutex::new(None)).collect();
+    let outputs: Vec<Mutex<Option<EngineOutput>>> =
+        tasks.iter().map(|_| Mutex::new(None)).collect();
     std::thread::scope(|s| {
         for _ in 0..threads.max(1) {
             s.spawn(|| loop {
@@ -85,7 +92,11 @@ pub fn run_policies(
     });
     let mut outputs: Vec<EngineOutput> = outputs
         .into_iter()
-        .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()).expect("every task ran"))
+        .map(|m| {
+            m.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .expect("every task ran")
+        })
         .collect();
     let policy_outputs = outputs.split_off(scenario.tenants.len());
     let alone = outputs;
@@ -96,7 +107,12 @@ pub fn run_policies(
         .collect()
 }
 
-fn record(scenario: &Scenario, policy: &str, out: EngineOutput, alone: &[EngineOutput]) -> RunRecord {
+fn record(
+    scenario: &Scenario,
+    policy: &str,
+    out: EngineOutput,
+    alone: &[EngineOutput],
+) -> RunRecord {
     let tenants = scenario
         .tenants
         .iter()
@@ -106,7 +122,11 @@ fn record(scenario: &Scenario, policy: &str, out: EngineOutput, alone: &[EngineO
             class: t.spec.class,
             noisy: t.noisy,
             floor: t.spec.floor,
-            unit: t.spec.floor.map(|f| f.unit()).unwrap_or(RateUnit::BytesPerSec),
+            unit: t
+                .spec
+                .floor
+                .map(|f| f.unit())
+                .unwrap_or(RateUnit::BytesPerSec),
             alone_p99_ms: alone.get(i).map(|a| a.latency[0].p99_ms),
             alone_windows: alone
                 .get(i)
@@ -117,7 +137,10 @@ fn record(scenario: &Scenario, policy: &str, out: EngineOutput, alone: &[EngineO
     let mut windows = out.windows;
     for (k, w) in windows.iter_mut().enumerate() {
         for (i, tw) in w.tenants.iter_mut().enumerate() {
-            tw.demand = alone.get(i).and_then(|a| a.windows.get(k)).map(|aw| aw.tenants[0].got);
+            tw.demand = alone
+                .get(i)
+                .and_then(|a| a.windows.get(k))
+                .map(|aw| aw.tenants[0].got);
         }
     }
     RunRecord {
@@ -137,4 +160,3 @@ fn record(scenario: &Scenario, policy: &str, out: EngineOutput, alone: &[EngineO
         ios_completed: out.ios_completed,
     }
 }
-

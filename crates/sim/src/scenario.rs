@@ -17,7 +17,10 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     /// The message from the TOML parser carries line, column and the field.
     #[error("{path}: {message}")]
     Parse { path: String, message: String },
@@ -245,7 +248,10 @@ impl Job {
             .take_while(|(at, _)| *at <= t)
             .last()
             .map(|(_, s)| *s)
-            .unwrap_or(JobState { numjobs: 0, iodepth: 1 })
+            .unwrap_or(JobState {
+                numjobs: 0,
+                iodepth: 1,
+            })
     }
 }
 
@@ -290,7 +296,10 @@ impl Scenario {
     /// Reads and validates a scenario file.
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { path: shown.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
+            path: shown.clone(),
+            source,
+        })?;
         Scenario::parse(&text, &shown)
     }
 
@@ -300,7 +309,10 @@ impl Scenario {
             path: origin.to_string(),
             message: e.to_string().trim_end().to_string(),
         })?;
-        file.validate().map_err(|message| ScenarioError::Invalid { path: origin.to_string(), message })
+        file.validate().map_err(|message| ScenarioError::Invalid {
+            path: origin.to_string(),
+            message,
+        })
     }
 
     /// Times at which any tenant's load changes (after t = 0).
@@ -375,47 +387,96 @@ impl ScenarioFile {
         }
         let duration = self.duration.0;
         if duration < Duration::from_secs(1) || duration > crate::engine::MAX_DURATION {
-            return Err(format!("`duration` must be between 1s and 4h, got {duration:?}"));
+            return Err(format!(
+                "`duration` must be between 1s and 4h, got {duration:?}"
+            ));
         }
-        let warmup = self.warmup.map(|w| w.0).unwrap_or(Duration::from_secs(10).min(duration / 10));
+        let warmup = self
+            .warmup
+            .map(|w| w.0)
+            .unwrap_or(Duration::from_secs(10).min(duration / 10));
         if warmup >= duration {
             return Err("`warmup` must be shorter than `duration`".into());
         }
         let interval = self.interval.map(|i| i.0).unwrap_or(Duration::from_secs(1));
         if interval < Duration::from_millis(100) || interval > Duration::from_secs(60) {
-            return Err(format!("`interval` must be between 100ms and 60s, got {interval:?}"));
+            return Err(format!(
+                "`interval` must be between 100ms and 60s, got {interval:?}"
+            ));
         }
-        self.policy.validate()?;
+        self.policy.validate().map_err(|e| e.to_string())?;
 
         let d = &self.device;
         if d.parallelism == 0 || d.parallelism > 65536 {
-            return Err(format!("`device.parallelism` must be between 1 and 65536, got {}", d.parallelism));
+            return Err(format!(
+                "`device.parallelism` must be between 1 and 65536, got {}",
+                d.parallelism
+            ));
         }
         if !(0.0..1.0).contains(&d.jitter) {
-            return Err(format!("`device.jitter` must be in [0, 1), got {}", d.jitter));
+            return Err(format!(
+                "`device.jitter` must be in [0, 1), got {}",
+                d.jitter
+            ));
         }
         let cost_of = |rbps: f64, rs: f64, rr: f64, wbps: f64, ws: f64, wr: f64, prefix: &str| {
-            for (f, v) in [("rseqiops", rs), ("rrandiops", rr), ("wseqiops", ws), ("wrandiops", wr)] {
+            for (f, v) in [
+                ("rseqiops", rs),
+                ("rrandiops", rr),
+                ("wseqiops", ws),
+                ("wrandiops", wr),
+            ] {
                 positive(&format!("{prefix}.{f}"), v)?;
             }
-            CostModel::new(CostParams { rbps, rseqiops: rs, rrandiops: rr, wbps, wseqiops: ws, wrandiops: wr })
-                .map_err(|e| format!("`{prefix}`: {e}"))
+            CostModel::new(CostParams {
+                rbps,
+                rseqiops: rs,
+                rrandiops: rr,
+                wbps,
+                wseqiops: ws,
+                wrandiops: wr,
+            })
+            .map_err(|e| format!("`{prefix}`: {e}"))
         };
-        let cost = cost_of(d.rbps.0, d.rseqiops, d.rrandiops, d.wbps.0, d.wseqiops, d.wrandiops, "device")?;
+        let cost = cost_of(
+            d.rbps.0,
+            d.rseqiops,
+            d.rrandiops,
+            d.wbps.0,
+            d.wseqiops,
+            d.wrandiops,
+            "device",
+        )?;
         let policy_model = match &d.model {
-            Some(m) => cost_of(m.rbps.0, m.rseqiops, m.rrandiops, m.wbps.0, m.wseqiops, m.wrandiops, "device.model")?,
+            Some(m) => cost_of(
+                m.rbps.0,
+                m.rseqiops,
+                m.rrandiops,
+                m.wbps.0,
+                m.wseqiops,
+                m.wrandiops,
+                "device.model",
+            )?,
             None => cost,
         };
         let write_cliff = match &d.write_cliff {
             Some(c) => {
                 if !(c.factor >= 1.0 && c.factor.is_finite()) {
-                    return Err(format!("`device.write_cliff.factor` must be at least 1, got {}", c.factor));
+                    return Err(format!(
+                        "`device.write_cliff.factor` must be at least 1, got {}",
+                        c.factor
+                    ));
                 }
                 Some((c.after.0, c.factor))
             }
             None => None,
         };
-        let device = Device { parallelism: d.parallelism, cost, jitter: d.jitter, write_cliff };
+        let device = Device {
+            parallelism: d.parallelism,
+            cost,
+            jitter: d.jitter,
+            write_cliff,
+        };
 
         if self.tenants.is_empty() {
             return Err("a scenario needs at least one [[tenant]]".into());
@@ -430,8 +491,12 @@ impl ScenarioFile {
             if !names.insert(t.name.clone()) {
                 return Err(format!("{at}: tenant name used twice"));
             }
-            iofloor_core::model::check_promise(t.floor.map(|f| f.0), t.ceiling.map(|c| c.0), t.weight)
-                .map_err(|m| format!("{at}: {m}"))?;
+            iofloor_core::model::check_promise(
+                t.floor.map(|f| f.0),
+                t.ceiling.map(|c| c.0),
+                t.weight,
+            )
+            .map_err(|m| format!("{at}: {m}"))?;
             if t.jobs.is_empty() {
                 return Err(format!("{at}: needs at least one [[tenant.job]]"));
             }
@@ -440,9 +505,15 @@ impl ScenarioFile {
                     if p.threads == 0 {
                         return Err(format!("{at}: `vm_path.threads` must be at least 1"));
                     }
-                    Some(VmPath { overhead: p.overhead.0, threads: p.threads })
+                    Some(VmPath {
+                        overhead: p.overhead.0,
+                        threads: p.threads,
+                    })
                 }
-                (None, TenantClass::Vm) => Some(VmPath { overhead: Duration::from_micros(16), threads: 4 }),
+                (None, TenantClass::Vm) => Some(VmPath {
+                    overhead: Duration::from_micros(16),
+                    threads: 4,
+                }),
                 (None, TenantClass::Container) => None,
             };
             let mut jobs = Vec::new();
@@ -457,7 +528,12 @@ impl ScenarioFile {
                 weight: t.weight.unwrap_or(iofloor_core::model::DEFAULT_WEIGHT),
                 latency_sensitive: t.latency_sensitive,
             };
-            tenants.push(Tenant { spec, noisy: t.noisy, vm_path, jobs });
+            tenants.push(Tenant {
+                spec,
+                noisy: t.noisy,
+                vm_path,
+                jobs,
+            });
         }
         Ok(Scenario {
             name: self.name,
@@ -477,10 +553,16 @@ impl ScenarioFile {
 impl JobFile {
     fn validate(self, at: &str, duration: Duration) -> Result<Job, String> {
         if self.iodepth == 0 || self.iodepth > 4096 {
-            return Err(format!("{at}: `iodepth` must be between 1 and 4096, got {}", self.iodepth));
+            return Err(format!(
+                "{at}: `iodepth` must be between 1 and 4096, got {}",
+                self.iodepth
+            ));
         }
         if self.numjobs > 1024 {
-            return Err(format!("{at}: `numjobs` must be at most 1024, got {}", self.numjobs));
+            return Err(format!(
+                "{at}: `numjobs` must be at most 1024, got {}",
+                self.numjobs
+            ));
         }
         if self.bs.0 > 64 << 20 {
             return Err(format!("{at}: `bs` must be at most 64MiB"));
@@ -491,21 +573,28 @@ impl JobFile {
             }
         }
         if let Some(RateQ(Rate::Cost(_))) = self.rate {
-            return Err(format!("{at}: `rate` must be in bytes/s or IOPS, as in fio"));
+            return Err(format!(
+                "{at}: `rate` must be in bytes/s or IOPS, as in fio"
+            ));
         }
         let start = self.start.map(|s| s.0).unwrap_or_default();
         let stop = self.stop.map(|s| s.0).unwrap_or(duration);
         if stop <= start {
             return Err(format!("{at}: `stop` must be after `start`"));
         }
-        let mut state = JobState { numjobs: self.numjobs, iodepth: self.iodepth };
+        let mut state = JobState {
+            numjobs: self.numjobs,
+            iodepth: self.iodepth,
+        };
         let mut changes: Vec<(Duration, Option<u32>, Option<u32>)> = Vec::new();
         if let Some(r) = &self.ramp {
             if r.every.0.is_zero() {
                 return Err(format!("{at}: `ramp.every` must be positive"));
             }
             if r.max < self.numjobs || r.add == 0 {
-                return Err(format!("{at}: `ramp.max` must be at least `numjobs` and `ramp.add` positive"));
+                return Err(format!(
+                    "{at}: `ramp.max` must be at least `numjobs` and `ramp.add` positive"
+                ));
             }
             let mut n = self.numjobs;
             let mut t = start + r.every.0;
@@ -521,7 +610,9 @@ impl JobFile {
             }
             if let Some(d) = p.iodepth {
                 if d == 0 || d > 4096 {
-                    return Err(format!("{at} phase[{pi}]: `iodepth` must be between 1 and 4096"));
+                    return Err(format!(
+                        "{at} phase[{pi}]: `iodepth` must be between 1 and 4096"
+                    ));
                 }
             }
             changes.push((start + p.at.0, p.numjobs, p.iodepth));
@@ -541,9 +632,21 @@ impl JobFile {
             schedule.push((t, state));
         }
         if stop < duration {
-            schedule.push((stop, JobState { numjobs: 0, iodepth: state.iodepth }));
+            schedule.push((
+                stop,
+                JobState {
+                    numjobs: 0,
+                    iodepth: state.iodepth,
+                },
+            ));
         }
-        Ok(Job { rw: self.rw, read_share: self.rw.read_share(self.rwmixread), bs: self.bs.0, rate: self.rate.map(|r| r.0), schedule })
+        Ok(Job {
+            rw: self.rw,
+            read_share: self.rw.read_share(self.rwmixread),
+            bs: self.bs.0,
+            rate: self.rate.map(|r| r.0),
+            schedule,
+        })
     }
 }
 
@@ -578,7 +681,14 @@ ramp = { every = "10s", max = 4 }
         let j = &s.tenants[0].jobs[0];
         let counts: Vec<u32> = j.schedule.iter().map(|(_, st)| st.numjobs).collect();
         assert_eq!(counts, vec![1, 2, 3, 4]);
-        assert_eq!(s.steps(), vec![Duration::from_secs(10), Duration::from_secs(20), Duration::from_secs(30)]);
+        assert_eq!(
+            s.steps(),
+            vec![
+                Duration::from_secs(10),
+                Duration::from_secs(20),
+                Duration::from_secs(30)
+            ]
+        );
         assert_eq!(j.state_at(Duration::from_secs(25)).numjobs, 3);
         assert_eq!(s.time_scaled(0.5).steps()[0], Duration::from_secs(5));
     }
@@ -590,16 +700,28 @@ ramp = { every = "10s", max = 4 }
     #[test]
     fn bad_input_names_file_line_and_field() {
         let e = err_of(&BASE.replace(r#"floor = "10MiB/s""#, r#"floor = "0MB/s""#));
-        assert!(e.contains("bad.toml") && e.contains("line 14") && e.contains("floor = ") && e.contains("greater than zero"), "{e}");
+        assert!(
+            e.contains("bad.toml")
+                && e.contains("line 14")
+                && e.contains("floor = ")
+                && e.contains("greater than zero"),
+            "{e}"
+        );
         let e = err_of(&BASE.replace(r#"bs = "64k""#, r#"bs = "64 furlongs""#));
-        assert!(e.contains("line 17") && e.contains("bs = ") && e.contains("furlongs"), "{e}");
+        assert!(
+            e.contains("line 17") && e.contains("bs = ") && e.contains("furlongs"),
+            "{e}"
+        );
         let e = err_of(&BASE.replace("wrandiops = 2000", "wrandiops = 2000\nwarp = 9"));
         assert!(e.contains("unknown field `warp`"), "{e}");
         let e = err_of(&BASE.replace("duration = \"60s\"\n", ""));
         assert!(e.contains("missing field `duration`"), "{e}");
         let e = err_of(&BASE.replace("wrandiops = 2000", "wrandiops = -5"));
         assert!(e.contains("device.wrandiops"), "{e}");
-        let e = err_of(&BASE.replace("[policy]", "").replace("[[tenant]]", "[policy.floor]\ntarget_utilisation = 1.5\n[[tenant]]"));
+        let e = err_of(&BASE.replace("[policy]", "").replace(
+            "[[tenant]]",
+            "[policy.floor]\ntarget_utilisation = 1.5\n[[tenant]]",
+        ));
         assert!(e.contains("target_utilisation"), "{e}");
     }
 }

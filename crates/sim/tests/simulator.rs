@@ -9,10 +9,17 @@ use proptest::prelude::*;
 use std::path::PathBuf;
 
 fn scenario_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios").join(format!("{name}.toml"))
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios")
+        .join(format!("{name}.toml"))
 }
 
-fn small_scenario(tenants: &[(String, u32, u32, Option<u32>)], parallelism: u32, policy_knee: bool, seed: u64) -> String {
+fn small_scenario(
+    tenants: &[(String, u32, u32, Option<u32>)],
+    parallelism: u32,
+    policy_knee: bool,
+    seed: u64,
+) -> String {
     let mut s = format!(
         r#"name = "prop"
 duration = "6s"
@@ -31,7 +38,10 @@ jitter = 0.2
 "#
     );
     if policy_knee {
-        s.push_str(&format!("[policy.floor]\nqueue_knee = {}\n", parallelism as f64 * 1.5));
+        s.push_str(&format!(
+            "[policy.floor]\nqueue_knee = {}\n",
+            parallelism as f64 * 1.5
+        ));
     }
     for (i, (rw, depth, jobs, rate)) in tenants.iter().enumerate() {
         s.push_str(&format!(
@@ -75,7 +85,9 @@ proptest! {
 
 #[test]
 fn runs_are_deterministic_for_a_seed() {
-    let sc = Scenario::load(&scenario_path("noisy-4")).unwrap().time_scaled(0.1);
+    let sc = Scenario::load(&scenario_path("noisy-4"))
+        .unwrap()
+        .time_scaled(0.1);
     let a = simulate(&sc, Some(PolicyKind::Floor), &|_| {});
     let b = simulate(&sc, Some(PolicyKind::Floor), &|_| {});
     assert_eq!(a.ios_completed, b.ios_completed);
@@ -119,7 +131,12 @@ iodepth = 32
     for w in &out.windows[3..] {
         for t in &w.tenants {
             // Half of 20,000 random 4 KiB reads per second, within 2 %.
-            assert!((t.got.iops - 10_000.0).abs() < 200.0, "window {}: {} IOPS", w.t, t.got.iops);
+            assert!(
+                (t.got.iops - 10_000.0).abs() < 200.0,
+                "window {}: {} IOPS",
+                w.t,
+                t.got.iops
+            );
         }
     }
 }
@@ -133,15 +150,43 @@ fn shipped_scenarios_floor_beats_the_others() {
         let m: std::collections::HashMap<String, _> = compare(&runs).into_iter().collect();
         let floor = &m["floor"];
         for (p, other) in &m {
-            assert!(floor.floor_miss_rate <= other.floor_miss_rate, "{name}: floor misses more than {p}");
+            assert!(
+                floor.floor_miss_rate <= other.floor_miss_rate,
+                "{name}: floor misses more than {p}"
+            );
         }
-        assert!(floor.floor_miss_rate < m["none"].floor_miss_rate, "{name}: none misses no more than floor");
-        assert!(floor.floor_miss_rate < m["top-throttle"].floor_miss_rate, "{name}: top-throttle misses no more");
-        assert!(floor.work_conservation > m["static"].work_conservation, "{name}: static conserves as much");
+        assert!(
+            floor.floor_miss_rate < m["none"].floor_miss_rate,
+            "{name}: none misses no more than floor"
+        );
+        assert!(
+            floor.floor_miss_rate < m["top-throttle"].floor_miss_rate,
+            "{name}: top-throttle misses no more"
+        );
+        assert!(
+            floor.work_conservation > m["static"].work_conservation,
+            "{name}: static conserves as much"
+        );
         // The targets.
-        assert!(floor.floor_miss_rate <= 0.01, "{name}: floor-miss {}", floor.floor_miss_rate);
-        assert!(floor.work_conservation.unwrap() >= 0.95, "{name}: work conservation {:?}", floor.work_conservation);
-        assert!(floor.reaction_time_s.unwrap_or(0.0) <= 1.0, "{name}: reaction {:?}", floor.reaction_time_s);
-        assert!(floor.protected_p99_ratio.unwrap() <= 2.0, "{name}: p99 ratio {:?}", floor.protected_p99_ratio);
+        assert!(
+            floor.floor_miss_rate <= 0.01,
+            "{name}: floor-miss {}",
+            floor.floor_miss_rate
+        );
+        assert!(
+            floor.work_conservation.unwrap() >= 0.95,
+            "{name}: work conservation {:?}",
+            floor.work_conservation
+        );
+        assert!(
+            floor.reaction_time_s.unwrap_or(0.0) <= 1.0,
+            "{name}: reaction {:?}",
+            floor.reaction_time_s
+        );
+        assert!(
+            floor.protected_p99_ratio.unwrap() <= 2.0,
+            "{name}: p99 ratio {:?}",
+            floor.protected_p99_ratio
+        );
     }
 }

@@ -35,6 +35,7 @@
 //! then every entitlement is scaled down by the same factor.
 
 use super::{MixMemory, Policy, PolicyContext};
+use crate::error::ValidationError;
 use crate::model::{Caps, Snapshot, TenantClass};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -81,30 +82,41 @@ impl Default for FloorParams {
 }
 
 impl FloorParams {
-    /// Checks ranges; the error names the field.
-    pub fn validate(&self) -> Result<(), String> {
-        let in_unit = |name: &str, v: f64| {
-            if v > 0.0 && v <= 1.0 {
-                Ok(())
-            } else {
-                Err(format!("floor policy `{name}` must be in (0, 1], got {v}"))
-            }
+    /// Checks ranges; the error names the field (under `policy.floor`).
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let bad = |key: &str, message: String| {
+            Err(ValidationError::new(key, message).under("policy.floor"))
         };
-        in_unit("target_utilisation", self.target_utilisation)?;
-        in_unit("border", self.border)?;
-        in_unit("pressing", self.pressing)?;
+        for (key, v) in [
+            ("target_utilisation", self.target_utilisation),
+            ("border", self.border),
+            ("pressing", self.pressing),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                return bad(key, format!("must be in (0, 1], got {v}"));
+            }
+        }
         if !(self.release_factor > 1.0) {
-            return Err(format!("floor policy `release_factor` must be above 1, got {}", self.release_factor));
+            return bad(
+                "release_factor",
+                format!("must be above 1, got {}", self.release_factor),
+            );
         }
         if !(self.headroom >= 0.0) {
-            return Err(format!("floor policy `headroom` must be zero or more, got {}", self.headroom));
+            return bad(
+                "headroom",
+                format!("must be zero or more, got {}", self.headroom),
+            );
         }
         if !(self.latency_factor > 1.0) {
-            return Err(format!("floor policy `latency_factor` must be above 1, got {}", self.latency_factor));
+            return bad(
+                "latency_factor",
+                format!("must be above 1, got {}", self.latency_factor),
+            );
         }
         if let Some(k) = self.queue_knee {
             if !(k > 0.0) {
-                return Err(format!("floor policy `queue_knee` must be positive, got {k}"));
+                return bad("queue_knee", format!("must be positive, got {k}"));
             }
         }
         Ok(())
@@ -166,16 +178,34 @@ struct Priced {
 
 impl FloorPolicy {
     pub fn new(params: FloorParams, ctx: PolicyContext) -> Self {
-        FloorPolicy { params, ctx, mixes: MixMemory::default(), state: HashMap::new(), capacity_est: ctx.capacity }
+        FloorPolicy {
+            params,
+            ctx,
+            mixes: MixMemory::default(),
+            state: HashMap::new(),
+            capacity_est: ctx.capacity,
+        }
     }
 }
 
 /// Weighted water-filling: raises each `alloc[i]` towards `want[i]` in
 /// proportion to `weight[i]` until `budget` is spent. Returns what is left.
-fn water_fill(members: &[usize], alloc: &mut [f64], want: &[f64], weight: &[f64], mut budget: f64) -> f64 {
-    let mut open: Vec<usize> = members.iter().copied().filter(|&i| want[i] > alloc[i]).collect();
+fn water_fill(
+    members: &[usize],
+    alloc: &mut [f64],
+    want: &[f64],
+    weight: &[f64],
+    mut budget: f64,
+) -> f64 {
+    let mut open: Vec<usize> = members
+        .iter()
+        .copied()
+        .filter(|&i| want[i] > alloc[i])
+        .collect();
     // Fill level per unit weight at which each member is satisfied.
-    open.sort_by(|&a, &b| ((want[a] - alloc[a]) / weight[a]).total_cmp(&((want[b] - alloc[b]) / weight[b])));
+    open.sort_by(|&a, &b| {
+        ((want[a] - alloc[a]) / weight[a]).total_cmp(&((want[b] - alloc[b]) / weight[b]))
+    });
     let mut weight_left: f64 = open.iter().map(|&i| weight[i]).sum();
     let mut level = 0.0;
     for (n, &i) in open.iter().enumerate() {
@@ -215,11 +245,18 @@ impl Policy for FloorPolicy {
         let p = &self.params;
         let cost = &self.ctx.cost;
         let n = snapshot.tenants.len();
-        let mixes: Vec<_> = snapshot.tenants.iter().map(|t| self.mixes.observe(t)).collect();
+        let mixes: Vec<_> = snapshot
+            .tenants
+            .iter()
+            .map(|t| self.mixes.observe(t))
+            .collect();
         self.mixes.retain(snapshot.tenants);
         if self.state.len() > n {
-            let live: std::collections::HashSet<&str> =
-                snapshot.tenants.iter().map(|t| t.spec.name.as_str()).collect();
+            let live: std::collections::HashSet<&str> = snapshot
+                .tenants
+                .iter()
+                .map(|t| t.spec.name.as_str())
+                .collect();
             self.state.retain(|k, _| live.contains(k.as_str()));
         }
 
@@ -243,7 +280,12 @@ impl Policy for FloorPolicy {
             .tenants
             .iter()
             .zip(&mixes)
-            .map(|(t, mix)| t.spec.floor.and_then(|f| cost.rate_to_cost(f, &mix.unwrap_or_default())).unwrap_or(0.0))
+            .map(|(t, mix)| {
+                t.spec
+                    .floor
+                    .and_then(|f| cost.rate_to_cost(f, &mix.unwrap_or_default()))
+                    .unwrap_or(0.0)
+            })
             .collect();
         // A learned capacity never goes below what the floors need: one
         // interval's measurement must not break a promise.
@@ -270,12 +312,20 @@ impl Policy for FloorPolicy {
             _ => self.capacity_est,
         };
         let capacity = self.capacity_est;
-        let contended_by_cost = total >= p.border * capacity;
-        let overloaded = queue_overloaded.unwrap_or(contended_by_cost);
-        let contended = contended_by_cost || overloaded;
+        let contended = crate::judge::contended(
+            total / capacity,
+            p.border,
+            snapshot.device.map(|d| d.avg_queue),
+            p.queue_knee,
+        );
+        let overloaded = queue_overloaded.unwrap_or(contended);
         // Only tenants doing I/O compete; one alone needs no cap but its ceiling.
         let active = usage.iter().filter(|&&u| u > 0.0).count();
-        let capacity_to_share = if active >= 2 { p.target_utilisation * capacity } else { f64::INFINITY };
+        let capacity_to_share = if active >= 2 {
+            p.target_utilisation * capacity
+        } else {
+            f64::INFINITY
+        };
         let latency_floor: Vec<Option<f64>> = snapshot
             .tenants
             .iter()
@@ -405,7 +455,11 @@ impl Policy for FloorPolicy {
                 // Nobody is short of a floor: a fast-path container may use all
                 // the others leave, not only the target's share of it; holding
                 // its deep queue back would help no one and waste the device.
-                let share = if t.fast_path && !any_starved { alloc[i].max(capacity - (total - usage[i])) } else { alloc[i] };
+                let share = if t.fast_path && !any_starved {
+                    alloc[i].max(capacity - (total - usage[i]))
+                } else {
+                    alloc[i]
+                };
                 limited(grow(share).max(entitlement[i] * ENFORCEMENT_MARGIN))
             })
             .collect();
@@ -417,7 +471,10 @@ impl Policy for FloorPolicy {
             .map(|(i, t)| {
                 self.state.insert(
                     t.spec.name.clone(),
-                    TenantState { cap: caps[i], latency_floor_us: latency_floor[i] },
+                    TenantState {
+                        cap: caps[i],
+                        latency_floor_us: latency_floor[i],
+                    },
                 );
                 match (caps[i], mixes[i]) {
                     (Some(c), Some(mix)) => cost.caps_for_cost(c, &mix),
@@ -437,13 +494,24 @@ mod tests {
     use std::time::Duration;
 
     fn snap(tenants: &[crate::model::TenantSample], s: u64) -> Snapshot<'_> {
-        Snapshot { now: Duration::from_secs(s), interval: Duration::from_secs(1), device: None, tenants }
+        Snapshot {
+            now: Duration::from_secs(s),
+            interval: Duration::from_secs(1),
+            device: None,
+            tenants,
+        }
     }
 
     #[test]
     fn water_fill_shares_by_weight_up_to_want() {
         let mut alloc = vec![0.0, 0.0, 0.0];
-        let left = water_fill(&[0, 1, 2], &mut alloc, &[0.1, 10.0, 10.0], &[1.0, 1.0, 3.0], 1.0);
+        let left = water_fill(
+            &[0, 1, 2],
+            &mut alloc,
+            &[0.1, 10.0, 10.0],
+            &[1.0, 1.0, 3.0],
+            1.0,
+        );
         assert_eq!(left, 0.0);
         assert!((alloc[0] - 0.1).abs() < 1e-12);
         assert!((alloc[1] - 0.225).abs() < 1e-12, "{alloc:?}");
@@ -495,7 +563,10 @@ mod tests {
             }
         }
         for pair in seen.windows(2) {
-            assert!(pair[1] > pair[0] && pair[1] <= pair[0] * 1.5 + 1e-6, "{seen:?}");
+            assert!(
+                pair[1] > pair[0] && pair[1] <= pair[0] * 1.5 + 1e-6,
+                "{seen:?}"
+            );
         }
         assert_eq!(caps, Caps::NONE, "released fully once alone: {seen:?}");
         assert!(seen.len() >= 2, "released in steps, not at once: {seen:?}");
@@ -507,7 +578,11 @@ mod tests {
         // 4 KiB writes: 8,000 IOPS is only 32 MB/s, half the bandwidth, but half
         // the device too in this model; with a starving neighbour it is capped.
         let small = crate::model::Usage {
-            write: crate::model::DirUsage { ios: 14_000.0, bytes: 14_000.0 * 4096.0, seq_ios: 0.0 },
+            write: crate::model::DirUsage {
+                ios: 14_000.0,
+                bytes: 14_000.0 * 4096.0,
+                seq_ios: 0.0,
+            },
             ..Default::default()
         };
         let tenants = vec![

@@ -11,6 +11,7 @@ pub use static_caps::StaticPolicy;
 pub use top_throttle::{TopThrottleParams, TopThrottlePolicy};
 
 use crate::cost::CostModel;
+use crate::error::ValidationError;
 use crate::model::{Caps, Snapshot, TenantSample, Usage};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -51,8 +52,12 @@ pub enum PolicyKind {
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 4] =
-        [PolicyKind::None, PolicyKind::Static, PolicyKind::TopThrottle, PolicyKind::Floor];
+    pub const ALL: [PolicyKind; 4] = [
+        PolicyKind::None,
+        PolicyKind::Static,
+        PolicyKind::TopThrottle,
+        PolicyKind::Floor,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -95,14 +100,22 @@ pub struct PolicyParams {
 
 impl PolicyParams {
     /// Checks every section; the message names the offending key.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ValidationError> {
         self.floor.validate()?;
         let tt = &self.top_throttle;
+        let bad = |key: &str, message: String| {
+            Err(ValidationError::new(key, message).under("policy.top-throttle"))
+        };
         if !(tt.rate > 0.0 && tt.rate < 1.0) {
-            return Err(format!("`policy.top-throttle.rate` must be in (0, 1), got {}", tt.rate));
+            return bad("rate", format!("must be in (0, 1), got {}", tt.rate));
         }
-        if !(tt.cap_interval_s > 0.0 && tt.cap_time_s > 0.0) {
-            return Err("`policy.top-throttle.cap_interval_s` and `cap_time_s` must be positive".into());
+        for (key, v) in [
+            ("cap_interval_s", tt.cap_interval_s),
+            ("cap_time_s", tt.cap_time_s),
+        ] {
+            if !(v > 0.0) {
+                return bad(key, format!("must be positive, got {v}"));
+            }
         }
         Ok(())
     }
@@ -113,7 +126,9 @@ pub fn build(kind: PolicyKind, params: &PolicyParams, ctx: PolicyContext) -> Box
     match kind {
         PolicyKind::None => Box::new(NonePolicy),
         PolicyKind::Static => Box::new(StaticPolicy::new(ctx)),
-        PolicyKind::TopThrottle => Box::new(TopThrottlePolicy::new(params.top_throttle.clone(), ctx)),
+        PolicyKind::TopThrottle => {
+            Box::new(TopThrottlePolicy::new(params.top_throttle.clone(), ctx))
+        }
         PolicyKind::Floor => Box::new(FloorPolicy::new(params.floor.clone(), ctx)),
     }
 }
@@ -189,7 +204,11 @@ pub(crate) mod testutil {
 
     pub fn writes64k(iops: f64) -> Usage {
         Usage {
-            write: DirUsage { ios: iops, bytes: iops * 65536.0, seq_ios: 0.0 },
+            write: DirUsage {
+                ios: iops,
+                bytes: iops * 65536.0,
+                seq_ios: 0.0,
+            },
             ..Default::default()
         }
     }
@@ -197,6 +216,10 @@ pub(crate) mod testutil {
     pub fn tenant(name: &str, floor_iops: Option<f64>, usage: Usage, caps: Caps) -> TenantSample {
         let mut spec = TenantSpec::new(name, TenantClass::Container);
         spec.floor = floor_iops.map(Rate::Iops);
-        TenantSample { spec: Arc::new(spec), usage: Some(usage), caps }
+        TenantSample {
+            spec: Arc::new(spec),
+            usage: Some(usage),
+            caps,
+        }
     }
 }

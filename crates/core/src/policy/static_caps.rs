@@ -16,7 +16,11 @@ pub struct StaticPolicy {
 
 impl StaticPolicy {
     pub fn new(ctx: PolicyContext) -> Self {
-        StaticPolicy { ctx, mixes: MixMemory::default(), fixed: HashMap::new() }
+        StaticPolicy {
+            ctx,
+            mixes: MixMemory::default(),
+            fixed: HashMap::new(),
+        }
     }
 }
 
@@ -26,7 +30,11 @@ impl Policy for StaticPolicy {
     }
 
     fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
-        let mixes: Vec<_> = snapshot.tenants.iter().map(|t| self.mixes.observe(t)).collect();
+        let mixes: Vec<_> = snapshot
+            .tenants
+            .iter()
+            .map(|t| self.mixes.observe(t))
+            .collect();
         self.mixes.retain(snapshot.tenants);
         // A tenant's share is its floor's cost; without a floor, its weight
         // as a fraction of the default weight times an equal split.
@@ -43,7 +51,11 @@ impl Policy for StaticPolicy {
             })
             .collect();
         let total: f64 = shares.iter().flatten().sum();
-        let scale = if total > 0.0 { self.ctx.capacity / total } else { 0.0 };
+        let scale = if total > 0.0 {
+            self.ctx.capacity / total
+        } else {
+            0.0
+        };
         snapshot
             .tenants
             .iter()
@@ -78,17 +90,28 @@ mod tests {
             tenant("a", Some(300.0), writes64k(100.0), Caps::NONE),
             tenant("b", Some(100.0), writes64k(50.0), Caps::NONE),
         ];
-        let snap = Snapshot { now: Duration::ZERO, interval: Duration::from_secs(1), device: None, tenants: &tenants };
+        let snap = Snapshot {
+            now: Duration::ZERO,
+            interval: Duration::from_secs(1),
+            device: None,
+            tenants: &tenants,
+        };
         let caps = p.decide(&snap);
         // 1,000 IOPS device split 3:1.
-        assert!((caps[0].write_iops.unwrap() - 750.0).abs() < 1.0, "{caps:?}");
+        assert!(
+            (caps[0].write_iops.unwrap() - 750.0).abs() < 1.0,
+            "{caps:?}"
+        );
         assert!((caps[1].write_iops.unwrap() - 250.0).abs() < 1.0);
         // Idle neighbour or not, the caps stay.
         let idle = vec![
             tenant("a", Some(300.0), writes64k(750.0), caps[0]),
             tenant("b", Some(100.0), writes64k(0.0), caps[1]),
         ];
-        let again = p.decide(&Snapshot { tenants: &idle, ..snap });
+        let again = p.decide(&Snapshot {
+            tenants: &idle,
+            ..snap
+        });
         assert_eq!(again, caps);
     }
 }

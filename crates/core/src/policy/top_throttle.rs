@@ -63,7 +63,12 @@ pub struct TopThrottlePolicy {
 
 impl TopThrottlePolicy {
     pub fn new(params: TopThrottleParams, ctx: PolicyContext) -> Self {
-        TopThrottlePolicy { params, ctx, last_run: None, caps: HashMap::new() }
+        TopThrottlePolicy {
+            params,
+            ctx,
+            last_run: None,
+            caps: HashMap::new(),
+        }
     }
 
     fn run_algorithm(&mut self, snapshot: &Snapshot) {
@@ -78,7 +83,13 @@ impl TopThrottlePolicy {
         let isum: f64 = usages.iter().map(|(_, u)| u.iops()).sum();
         let cost_sum: f64 = usages.iter().map(|(_, u)| self.ctx.cost.cost_rate(u)).sum();
         // The device's maximum for the current workload: what it would do at full cost.
-        let full = |sum: f64| if cost_sum > 0.0 { sum * self.ctx.capacity / cost_sum } else { f64::INFINITY };
+        let full = |sum: f64| {
+            if cost_sum > 0.0 {
+                sum * self.ctx.capacity / cost_sum
+            } else {
+                f64::INFINITY
+            }
+        };
         let b_border = self.params.border * self.params.max_bps.unwrap_or_else(|| full(bsum));
         let i_border = self.params.border * self.params.max_iops.unwrap_or_else(|| full(isum));
         let top = |key: fn(&Usage) -> f64| {
@@ -89,12 +100,14 @@ impl TopThrottlePolicy {
         };
         if bsum > b_border {
             if let Some((name, b)) = top(Usage::bytes_per_sec) {
-                self.caps.entry(name).or_default().bps = Some((self.params.rate * b, now + cap_time));
+                self.caps.entry(name).or_default().bps =
+                    Some((self.params.rate * b, now + cap_time));
             }
         }
         if isum > i_border {
             if let Some((name, i)) = top(Usage::iops) {
-                self.caps.entry(name).or_default().iops = Some((self.params.rate * i, now + cap_time));
+                self.caps.entry(name).or_default().iops =
+                    Some((self.params.rate * i, now + cap_time));
             }
         }
     }
@@ -103,7 +116,11 @@ impl TopThrottlePolicy {
 /// Splits a total cap (QEMU's `bps`/`iops` totals) between the kernel's read
 /// and write caps by the tenant's current mix. A direction without traffic
 /// gets the whole total rather than zero, which would stop it dead.
-fn split(total: f64, mix: Option<&Usage>, per_dir: impl Fn(&Usage, Direction) -> f64) -> (f64, f64) {
+fn split(
+    total: f64,
+    mix: Option<&Usage>,
+    per_dir: impl Fn(&Usage, Direction) -> f64,
+) -> (f64, f64) {
     let (r, w) = match mix {
         Some(u) => (per_dir(u, Direction::Read), per_dir(u, Direction::Write)),
         None => (0.0, 0.0),
@@ -140,7 +157,9 @@ impl Policy for TopThrottlePolicy {
             .tenants
             .iter()
             .map(|t| {
-                let Some(active) = self.caps.get(&t.spec.name) else { return Caps::NONE };
+                let Some(active) = self.caps.get(&t.spec.name) else {
+                    return Caps::NONE;
+                };
                 let mix = t.usage.as_ref();
                 let mut caps = Caps::NONE;
                 if let Some((bps, _)) = active.bps {
@@ -171,9 +190,17 @@ mod tests {
             tenant("noisy", None, writes64k(700.0), Caps::NONE),
             tenant("quiet", None, writes64k(250.0), Caps::NONE),
         ];
-        let at = |s| Snapshot { now: Duration::from_secs(s), interval: Duration::from_secs(1), device: None, tenants: &tenants };
+        let at = |s| Snapshot {
+            now: Duration::from_secs(s),
+            interval: Duration::from_secs(1),
+            device: None,
+            tenants: &tenants,
+        };
         let caps = p.decide(&at(0));
-        assert!((caps[0].write_iops.unwrap() - 350.0).abs() < 1e-6, "{caps:?}");
+        assert!(
+            (caps[0].write_iops.unwrap() - 350.0).abs() < 1e-6,
+            "{caps:?}"
+        );
         assert!((caps[0].write_bps.unwrap() - 350.0 * 65536.0).abs() < 1.0);
         // No reads: the read caps get the whole total, not zero.
         assert!((caps[0].read_iops.unwrap() - 350.0).abs() < 1e-6);
@@ -185,13 +212,23 @@ mod tests {
             tenant("noisy", None, writes64k(350.0), caps[0]),
             tenant("quiet", None, writes64k(250.0), Caps::NONE),
         ];
-        let at59 = Snapshot { now: Duration::from_secs(59), interval: Duration::from_secs(1), device: None, tenants: &held };
+        let at59 = Snapshot {
+            now: Duration::from_secs(59),
+            interval: Duration::from_secs(1),
+            device: None,
+            tenants: &held,
+        };
         assert_eq!(p.decide(&at59), caps);
         let quiet_load = vec![
             tenant("noisy", None, writes64k(100.0), caps[0]),
             tenant("quiet", None, writes64k(100.0), Caps::NONE),
         ];
-        let later = Snapshot { now: Duration::from_secs(61), interval: Duration::from_secs(1), device: None, tenants: &quiet_load };
+        let later = Snapshot {
+            now: Duration::from_secs(61),
+            interval: Duration::from_secs(1),
+            device: None,
+            tenants: &quiet_load,
+        };
         assert_eq!(p.decide(&later), vec![Caps::NONE, Caps::NONE]);
     }
 }

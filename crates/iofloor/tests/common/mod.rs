@@ -26,7 +26,10 @@ pub fn real_environment() -> bool {
         return true;
     }
     if std::env::var_os("CI").is_some() {
-        panic!("real-device test cannot run under CI: missing {}", missing.join(", "));
+        panic!(
+            "real-device test cannot run under CI: missing {}",
+            missing.join(", ")
+        );
     }
     eprintln!("skipped: missing {}", missing.join(", "));
     false
@@ -35,7 +38,10 @@ pub fn real_environment() -> bool {
 pub fn rustix_root() -> bool {
     // SAFETY-free check through /proc: uid 0.
     std::fs::read_to_string("/proc/self/status")
-        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
         .unwrap_or(false)
 }
 
@@ -49,21 +55,47 @@ impl TestRig {
     pub fn up(iops: u64) -> TestRig {
         let state = tempfile::tempdir().unwrap();
         let out = Command::new(bin())
-            .args(["rig", "up", "--iops", &iops.to_string(), "--size", "512MiB", "--state-dir"])
+            .args([
+                "rig",
+                "up",
+                "--iops",
+                &iops.to_string(),
+                "--size",
+                "512MiB",
+                "--state-dir",
+            ])
             .arg(state.path())
             .output()
             .unwrap();
-        assert!(out.status.success(), "rig up: {}", String::from_utf8_lossy(&out.stderr));
-        let device = String::from_utf8_lossy(&out.stdout).lines().last().unwrap().to_string();
-        assert!(device.starts_with("/dev/loop"), "last line is the device: {device}");
+        assert!(
+            out.status.success(),
+            "rig up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let device = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap()
+            .to_string();
+        assert!(
+            device.starts_with("/dev/loop"),
+            "last line is the device: {device}"
+        );
         TestRig { state, device }
     }
 }
 
 impl Drop for TestRig {
     fn drop(&mut self) {
-        let out = Command::new(bin()).args(["rig", "down", "--state-dir"]).arg(self.state.path()).output().unwrap();
-        assert!(out.status.success() || std::thread::panicking(), "rig down: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(bin())
+            .args(["rig", "down", "--state-dir"])
+            .arg(self.state.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() || std::thread::panicking(),
+            "rig down: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
-

@@ -23,7 +23,13 @@ impl Browser {
     pub fn open(url: &str) -> Browser {
         let profile = tempfile::tempdir().unwrap();
         let mut child = Command::new("chromium")
-            .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"])
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--no-first-run",
+            ])
             .args(["--remote-debugging-port=0", "--window-size=1400,1000"])
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .arg("about:blank")
@@ -41,11 +47,26 @@ impl Browser {
                 }
             }
         });
-        let browser_ws = rx.recv_timeout(Duration::from_secs(30)).expect("chromium printed its DevTools endpoint");
-        let port = browser_ws.split(':').nth(2).unwrap().split('/').next().unwrap().to_string();
+        let browser_ws = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("chromium printed its DevTools endpoint");
+        let port = browser_ws
+            .split(':')
+            .nth(2)
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string();
         let targets: Value = {
             let agent = super::harness::agent();
-            agent.get(&format!("http://127.0.0.1:{port}/json/list")).call().unwrap().body_mut().read_json().unwrap()
+            agent
+                .get(&format!("http://127.0.0.1:{port}/json/list"))
+                .call()
+                .unwrap()
+                .body_mut()
+                .read_json()
+                .unwrap()
         };
         let page_ws = targets
             .as_array()
@@ -56,7 +77,12 @@ impl Browser {
             .expect("a page target")
             .to_string();
         let (page, _) = tungstenite::connect(page_ws).unwrap();
-        let mut b = Browser { child, _profile: profile, page, next_id: 1 };
+        let mut b = Browser {
+            child,
+            _profile: profile,
+            page,
+            next_id: 1,
+        };
         b.call("Page.enable", json!({}));
         b.call("Page.navigate", json!({ "url": url }));
         b
@@ -66,7 +92,11 @@ impl Browser {
     pub fn call(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
         self.next_id += 1;
-        self.page.send(Message::text(json!({ "id": id, "method": method, "params": params }).to_string())).unwrap();
+        self.page
+            .send(Message::text(
+                json!({ "id": id, "method": method, "params": params }).to_string(),
+            ))
+            .unwrap();
         loop {
             let msg = self.page.read().unwrap();
             let Message::Text(text) = msg else { continue };
@@ -86,7 +116,10 @@ impl Browser {
     }
 
     fn try_eval(&mut self, expression: &str) -> Value {
-        self.call("Runtime.evaluate", json!({ "expression": expression, "awaitPromise": true, "returnByValue": true }))
+        self.call(
+            "Runtime.evaluate",
+            json!({ "expression": expression, "awaitPromise": true, "returnByValue": true }),
+        )
     }
 
     /// Polls an expression until it is true (an exception, as while the
@@ -94,7 +127,10 @@ impl Browser {
     pub fn wait_until(&mut self, what: &str, expression: &str, timeout: Duration) {
         let started = Instant::now();
         while self.try_eval(expression)["result"]["value"] != Value::Bool(true) {
-            assert!(started.elapsed() < timeout, "page: timed out waiting for {what} ({expression})");
+            assert!(
+                started.elapsed() < timeout,
+                "page: timed out waiting for {what} ({expression})"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -102,7 +138,9 @@ impl Browser {
     pub fn screenshot(&mut self, path: &std::path::Path) {
         use base64::Engine;
         let r = self.call("Page.captureScreenshot", json!({ "format": "png" }));
-        let png = base64::engine::general_purpose::STANDARD.decode(r["data"].as_str().unwrap()).unwrap();
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(r["data"].as_str().unwrap())
+            .unwrap();
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, png).unwrap();
     }

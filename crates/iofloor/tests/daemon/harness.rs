@@ -11,7 +11,11 @@ use std::time::{Duration, Instant};
 pub const BLKIO: &str = "/sys/fs/cgroup/blkio";
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A tree of test cgroups under the blkio root, removed on drop after the
@@ -27,7 +31,10 @@ impl Cgroups {
         for n in names {
             std::fs::create_dir_all(Path::new(BLKIO).join(&parent).join(n)).unwrap();
         }
-        Cgroups { parent, children: Vec::new() }
+        Cgroups {
+            parent,
+            children: Vec::new(),
+        }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -36,7 +43,16 @@ impl Cgroups {
 
     /// Starts fio in a cgroup: direct I/O on `device` (blk-throttle limits
     /// only direct I/O).
-    pub fn fio(&mut self, name: &str, device: &str, rw: &str, bs: &str, iodepth: u32, rate: Option<&str>, secs: u32) {
+    pub fn fio(
+        &mut self,
+        name: &str,
+        device: &str,
+        rw: &str,
+        bs: &str,
+        iodepth: u32,
+        rate: Option<&str>,
+        secs: u32,
+    ) {
         let mut args = vec![
             format!("--name={name}"),
             format!("--filename={device}"),
@@ -77,7 +93,10 @@ impl Cgroups {
     }
 
     pub fn read_limit(&self, name: &str, file: &str) -> String {
-        std::fs::read_to_string(self.path(name).join(file)).unwrap().trim().to_string()
+        std::fs::read_to_string(self.path(name).join(file))
+            .unwrap()
+            .trim()
+            .to_string()
     }
 }
 
@@ -107,7 +126,9 @@ impl Drop for Cgroups {
             for d in &dirs {
                 let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
                 for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                    let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+                    let _ = Command::new("kill")
+                        .args(["-KILL", &pid.to_string()])
+                        .status();
                 }
             }
             for d in &dirs {
@@ -131,11 +152,25 @@ pub struct LoopDevice {
 
 impl LoopDevice {
     pub fn new(backing: &Path, size: u64) -> LoopDevice {
-        std::fs::File::create(backing).unwrap().set_len(size).unwrap();
-        let out = Command::new("losetup").args(["-f", "--show"]).arg(backing).output().unwrap();
+        std::fs::File::create(backing)
+            .unwrap()
+            .set_len(size)
+            .unwrap();
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(backing)
+            .output()
+            .unwrap();
         let device = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let made = LoopDevice { device, backing: backing.to_path_buf() };
-        assert!(made.device.starts_with("/dev/loop"), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+        let made = LoopDevice {
+            device,
+            backing: backing.to_path_buf(),
+        };
+        assert!(
+            made.device.starts_with("/dev/loop"),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         made
     }
 }
@@ -160,7 +195,11 @@ pub struct Daemon {
 }
 
 pub fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(10))).build().into()
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into()
 }
 
 impl Daemon {
@@ -171,14 +210,25 @@ impl Daemon {
         let port = free_port();
         let path = dir.path().join("iofloor.toml");
         std::fs::write(&path, fill(config, port, dir.path())).unwrap();
-        let mut d = Daemon { child: None, port, config: path, log: dir.path().join("daemon.log"), dir, agent: agent() };
+        let mut d = Daemon {
+            child: None,
+            port,
+            config: path,
+            log: dir.path().join("daemon.log"),
+            dir,
+            agent: agent(),
+        };
         d.spawn();
         d
     }
 
     /// Starts (again) on the same config, state file and port.
     pub fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_iofloor"))
             .args(["run", "--config"])
             .arg(&self.config)
@@ -195,9 +245,16 @@ impl Daemon {
                 }
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("iofloor run exited ({status}) at start:\n{}", self.log_text());
+                panic!(
+                    "iofloor run exited ({status}) at start:\n{}",
+                    self.log_text()
+                );
             }
-            assert!(started.elapsed() < Duration::from_secs(30), "API did not come up:\n{}", self.log_text());
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "API did not come up:\n{}",
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -225,7 +282,13 @@ impl Daemon {
     }
 
     pub fn get_text(&self, path: &str) -> String {
-        self.agent.get(&self.url(path)).call().unwrap().body_mut().read_to_string().unwrap()
+        self.agent
+            .get(&self.url(path))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap()
     }
 
     pub fn send(&self, method: &str, path: &str, body: &str, token: Option<&str>) -> (u16, Value) {
@@ -238,7 +301,10 @@ impl Daemon {
         if let Some(t) = token {
             req = req.header("Authorization", &format!("Bearer {t}"));
         }
-        let mut resp = req.header("Content-Type", "application/json").send(body).unwrap();
+        let mut resp = req
+            .header("Content-Type", "application/json")
+            .send(body)
+            .unwrap();
         let status = resp.status().as_u16();
         (status, resp.body_mut().read_json().unwrap_or(Value::Null))
     }
@@ -251,13 +317,21 @@ impl Daemon {
             if pred(&v) {
                 return v;
             }
-            assert!(started.elapsed() < timeout, "timed out waiting for {what}; last: {v}\n{}", self.log_text());
+            assert!(
+                started.elapsed() < timeout,
+                "timed out waiting for {what}; last: {v}\n{}",
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     }
 
     pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill").args([&format!("-{sig}"), &self.pid().to_string()]).status().unwrap().success();
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid().to_string()])
+            .status()
+            .unwrap()
+            .success();
         assert!(ok, "kill -{sig}");
     }
 
@@ -276,7 +350,9 @@ impl Daemon {
     }
 
     pub fn is_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
     }
 }
 
@@ -284,9 +360,13 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
             // SIGTERM first so it restores what it set; SIGKILL if it hangs.
-            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
             let started = Instant::now();
-            while c.try_wait().ok().flatten().is_none() && started.elapsed() < Duration::from_secs(5) {
+            while c.try_wait().ok().flatten().is_none()
+                && started.elapsed() < Duration::from_secs(5)
+            {
                 std::thread::sleep(Duration::from_millis(20));
             }
             let _ = c.kill();
@@ -299,14 +379,20 @@ impl Drop for Daemon {
 }
 
 fn fill(config: &str, port: u16, dir: &Path) -> String {
-    config.replace("{port}", &port.to_string()).replace("{dir}", &dir.display().to_string())
+    config
+        .replace("{port}", &port.to_string())
+        .replace("{dir}", &dir.display().to_string())
 }
 
 /// Reads one server-sent event of type `tick` from the sample stream.
 pub fn read_one_tick(port: u16) -> Value {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET /api/v1/samples HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET /api/v1/samples HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
     let mut text = String::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -356,7 +442,10 @@ impl ApiSpec {
         let op = &self.doc["paths"][path][method];
         assert!(op.is_object(), "docs/api.yaml has no {method} {path}");
         let resp = &op["responses"][status.to_string()];
-        assert!(resp.is_object(), "docs/api.yaml: {method} {path} does not document {status}");
+        assert!(
+            resp.is_object(),
+            "docs/api.yaml: {method} {path} does not document {status}"
+        );
         let resp = match resp.get("$ref").and_then(Value::as_str) {
             Some(r) => self.doc.pointer(r.trim_start_matches('#')).unwrap().clone(),
             None => resp.clone(),
@@ -368,13 +457,26 @@ impl ApiSpec {
     pub fn check(&self, path: &str, method: &str, status: u16, body: &Value) {
         let mut root = self.doc.clone();
         let schema = self.schema(path, method, status);
-        assert!(!schema.is_null(), "docs/api.yaml: {method} {path} {status} has no JSON schema");
+        assert!(
+            !schema.is_null(),
+            "docs/api.yaml: {method} {path} {status} has no JSON schema"
+        );
         // Validate against the schema with the whole document as its root,
         // so `#/components/schemas/...` references resolve.
-        root.as_object_mut().unwrap().insert("$ref".into(), Value::String("#/__checked".into()));
-        root.as_object_mut().unwrap().insert("__checked".into(), schema);
+        root.as_object_mut()
+            .unwrap()
+            .insert("$ref".into(), Value::String("#/__checked".into()));
+        root.as_object_mut()
+            .unwrap()
+            .insert("__checked".into(), schema);
         let validator = jsonschema::draft202012::new(&root).expect("docs/api.yaml schemas compile");
-        let errors: Vec<String> = validator.iter_errors(body).map(|e| format!("{} at {}", e, e.instance_path)).collect();
-        assert!(errors.is_empty(), "{method} {path} {status} does not match docs/api.yaml: {errors:#?}\nbody: {body}");
+        let errors: Vec<String> = validator
+            .iter_errors(body)
+            .map(|e| format!("{} at {}", e, e.instance_path))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{method} {path} {status} does not match docs/api.yaml: {errors:#?}\nbody: {body}"
+        );
     }
 }

@@ -5,9 +5,9 @@
 //! that must stay with one tenant, and the dashboard in headless Chromium.
 //! Skipped without root/blkio/fio/qemu-storage-daemon, except under CI.
 
+mod cdp;
 #[path = "../common/mod.rs"]
 mod common;
-mod cdp;
 mod harness;
 
 use common::{real_environment, TestRig};
@@ -47,11 +47,22 @@ wrandiops = {iops}
 }
 
 fn tenant(v: &Value, name: &str) -> Value {
-    v["tenants"].as_array().unwrap().iter().find(|t| t["name"] == name).cloned().unwrap_or(Value::Null)
+    v["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .cloned()
+        .unwrap_or(Value::Null)
 }
 
 fn names(v: &Value) -> Vec<String> {
-    v["tenants"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+    v["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[test]
@@ -97,14 +108,27 @@ floor = "3MB/s"
         share * 100.0,
         none_share * 100.0
     );
-    assert!(windows >= 80, "about 24 windows per tenant expected, got {windows}");
-    assert!(share >= 0.99, "floors met in {:.1} % of windows", share * 100.0);
-    assert!(none_share < 0.9, "without control the noisy tenant takes the quiet ones' floors ({none_share:.2})");
+    assert!(
+        windows >= 80,
+        "about 24 windows per tenant expected, got {windows}"
+    );
+    assert!(
+        share >= 0.99,
+        "floors met in {:.1} % of windows",
+        share * 100.0
+    );
+    assert!(
+        none_share < 0.9,
+        "without control the noisy tenant takes the quiet ones' floors ({none_share:.2})"
+    );
 
     // /metrics shows it, and passes promtool.
     let metrics = daemon.get_text("/metrics");
     for name in ["vm1", "vm2", "vm3", "vm4"] {
-        assert!(metrics.contains(&format!("iofloor_tenant_floor_met{{tenant=\"{name}\"")), "{name} in /metrics");
+        assert!(
+            metrics.contains(&format!("iofloor_tenant_floor_met{{tenant=\"{name}\"")),
+            "{name} in /metrics"
+        );
     }
     assert!(metrics.contains("iofloor_tenant_throttled_seconds_total{tenant=\"vm1\""));
     let throttled: f64 = metrics
@@ -114,15 +138,27 @@ floor = "3MB/s"
         .unwrap()
         .parse()
         .unwrap();
-    assert!(throttled > 5.0, "the noisy tenant was held back: {throttled} s");
-    let (ok, output) = std::process::Command::new("promtool").args(["check", "metrics"]).output_from(&metrics);
+    assert!(
+        throttled > 5.0,
+        "the noisy tenant was held back: {throttled} s"
+    );
+    let (ok, output) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .output_from(&metrics);
     assert!(ok, "promtool check metrics: {output}");
 }
 
 /// Runs noisy-4's load for `load_secs` under a running daemon; counts the
 /// windows (from 5 s after the start) in which each tenant got ≥ 95 % of its floor.
-fn floors_met_under_load(daemon: &Daemon, cg: &mut Cgroups, device: &str, load_secs: u32) -> (usize, usize) {
-    daemon.wait_for("four tenants", Duration::from_secs(10), |v| v["tenants"].as_array().is_some_and(|a| a.len() == 4));
+fn floors_met_under_load(
+    daemon: &Daemon,
+    cg: &mut Cgroups,
+    device: &str,
+    load_secs: u32,
+) -> (usize, usize) {
+    daemon.wait_for("four tenants", Duration::from_secs(10), |v| {
+        v["tenants"].as_array().is_some_and(|a| a.len() == 4)
+    });
     let (_, status) = daemon.get("/api/v1/status");
     let load_started = status["uptime_s"].as_f64().unwrap();
     cg.fio("vm1", device, "randwrite", "64k", 32, None, load_secs);
@@ -145,7 +181,11 @@ fn floors_met_under_load(daemon: &Daemon, cg: &mut Cgroups, device: &str, load_s
             .collect();
         let ok = got.iter().filter(|&&b| b >= 0.95 * floor).count();
         let mbs: Vec<f64> = got.iter().map(|b| (b / 1e5).round() / 10.0).collect();
-        eprintln!("  {name}: floor {:.0} MB/s, met in {ok}/{} windows; MB/s {mbs:?}", floor / 1e6, got.len());
+        eprintln!(
+            "  {name}: floor {:.0} MB/s, met in {ok}/{} windows; MB/s {mbs:?}",
+            floor / 1e6,
+            got.len()
+        );
         windows += got.len();
         met += ok;
     }
@@ -166,9 +206,21 @@ impl OutputFrom for std::process::Command {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("promtool is installed by scripts/deps.sh");
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
         let out = child.wait_with_output().unwrap();
-        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
     }
 }
 
@@ -200,7 +252,15 @@ cgroup = "{parent}/noisy"
     };
     let load = |cg: &mut Cgroups| {
         cg.fio("noisy", &rig.device, "randread", "4k", 32, None, 8);
-        cg.fio("quiet", &rig.device, "randread", "4k", 4, Some("2000000"), 8);
+        cg.fio(
+            "quiet",
+            &rig.device,
+            "randread",
+            "4k",
+            4,
+            Some("2000000"),
+            8,
+        );
     };
     load(&mut cg);
     daemon.wait_for("a cap on the noisy tenant", Duration::from_secs(8), |v| {
@@ -208,30 +268,62 @@ cgroup = "{parent}/noisy"
     });
     assert!(capped(&cg), "iofloor capped the noisy cgroup");
     let (status, took) = daemon.terminate();
-    eprintln!("SIGTERM to exit with limits restored: {:.0} ms", took.as_secs_f64() * 1e3);
+    eprintln!(
+        "SIGTERM to exit with limits restored: {:.0} ms",
+        took.as_secs_f64() * 1e3
+    );
     assert!(status.success(), "exit {status}");
-    assert!(took < Duration::from_secs(3), "restored and exited in {took:?} (goal ≤ 1 s)");
-    assert_eq!(cg.read_limit("noisy", "blkio.throttle.read_bps_device"), original, "original limit back");
-    assert_eq!(cg.read_limit("noisy", "blkio.throttle.read_iops_device"), "", "no IOPS limit left");
-    assert!(!daemon.dir.path().join("state.json").exists(), "state file removed after a clean stop");
+    assert!(
+        took < Duration::from_secs(3),
+        "restored and exited in {took:?} (goal ≤ 1 s)"
+    );
+    assert_eq!(
+        cg.read_limit("noisy", "blkio.throttle.read_bps_device"),
+        original,
+        "original limit back"
+    );
+    assert_eq!(
+        cg.read_limit("noisy", "blkio.throttle.read_iops_device"),
+        "",
+        "no IOPS limit left"
+    );
+    assert!(
+        !daemon.dir.path().join("state.json").exists(),
+        "state file removed after a clean stop"
+    );
     cg.wait_fio();
 
     // A crash leaves the caps and the state file; the next start puts the
     // originals back before controlling again.
     daemon.spawn();
     load(&mut cg);
-    daemon.wait_for("a cap again", Duration::from_secs(8), |v| tenant(v, "noisy")["caps"]["read_iops"].is_number());
+    daemon.wait_for("a cap again", Duration::from_secs(8), |v| {
+        tenant(v, "noisy")["caps"]["read_iops"].is_number()
+    });
     daemon.kill9();
     assert!(capped(&cg), "SIGKILL leaves iofloor's caps in place");
-    let state: Value = serde_json::from_str(&std::fs::read_to_string(daemon.dir.path().join("state.json")).unwrap()).unwrap();
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(daemon.dir.path().join("state.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(state["entries"].as_array().unwrap().len(), 2, "{state}");
     cg.wait_fio();
     daemon.spawn();
-    assert!(!capped(&cg), "a restarted daemon restored what the crashed one left");
-    assert!(daemon.log_text().contains("left by a previous run"), "{}", daemon.log_text());
+    assert!(
+        !capped(&cg),
+        "a restarted daemon restored what the crashed one left"
+    );
+    assert!(
+        daemon.log_text().contains("left by a previous run"),
+        "{}",
+        daemon.log_text()
+    );
     let (status, _) = daemon.terminate();
     assert!(status.success());
-    assert_eq!(cg.read_limit("noisy", "blkio.throttle.read_bps_device"), original);
+    assert_eq!(
+        cg.read_limit("noisy", "blkio.throttle.read_bps_device"),
+        original
+    );
 }
 
 #[test]
@@ -256,7 +348,9 @@ weight = 300
 "#;
     let text = config(&rig.device, 1000, &cg.parent, tenants);
     let daemon = Daemon::start(&text);
-    let v = daemon.wait_for("three tenants", Duration::from_secs(5), |v| v["tenants"].as_array().is_some_and(|a| a.len() == 3));
+    let v = daemon.wait_for("three tenants", Duration::from_secs(5), |v| {
+        v["tenants"].as_array().is_some_and(|a| a.len() == 3)
+    });
     assert_eq!(names(&v), ["db", "pods/pod-a", "pods/pod-b"]);
 
     // Reads, checked against docs/api.yaml.
@@ -279,54 +373,104 @@ weight = 300
     assert_eq!(tick["tenants"].as_array().unwrap().len(), 3, "{tick}");
 
     // Changes: token, validation, admission, then a real change.
-    let patch = |body: &str, token: Option<&str>| daemon.send("PATCH", "/api/v1/tenants/db", body, token);
+    let patch =
+        |body: &str, token: Option<&str>| daemon.send("PATCH", "/api/v1/tenants/db", body, token);
     let cases: [(&str, Option<&str>, u16, &str); 8] = [
         (r#"{"floor": "300 IOPS"}"#, None, 401, "token"),
         (r#"{"floor": "300 IOPS"}"#, Some("wrong"), 401, "token"),
-        (r#"{"floor": "300 bananas"}"#, Some("let-me-in"), 400, "floor"),
+        (
+            r#"{"floor": "300 bananas"}"#,
+            Some("let-me-in"),
+            400,
+            "floor",
+        ),
         (r#"{"weight": 0}"#, Some("let-me-in"), 400, "weight"),
         (r#"{"colour": "red"}"#, Some("let-me-in"), 400, "colour"),
-        (r#"{"floor": "300 IOPS", "ceiling": "100 IOPS"}"#, Some("let-me-in"), 400, "below"),
+        (
+            r#"{"floor": "300 IOPS", "ceiling": "100 IOPS"}"#,
+            Some("let-me-in"),
+            400,
+            "below",
+        ),
         ("{not json", Some("let-me-in"), 400, "JSON"),
-        (r#"{"floor": "5000 IOPS"}"#, Some("let-me-in"), 409, "does not fit"),
+        (
+            r#"{"floor": "5000 IOPS"}"#,
+            Some("let-me-in"),
+            409,
+            "does not fit",
+        ),
     ];
     for (body, token, want, needle) in cases {
         let (status, answer) = patch(body, token);
         assert_eq!(status, want, "{body}: {answer}");
-        assert!(answer["error"].as_str().unwrap().contains(needle), "{body}: {answer}");
+        assert!(
+            answer["error"].as_str().unwrap().contains(needle),
+            "{body}: {answer}"
+        );
         spec.check("/api/v1/tenants/{name}", "patch", want, &answer);
     }
     let (_, db) = daemon.get("/api/v1/tenants/db");
-    assert_eq!(db["floor"]["value"], 200.0, "refused changes changed nothing");
-    let (status, answer) = daemon.send("PATCH", "/api/v1/tenants/nobody", r#"{"weight": 5}"#, Some("let-me-in"));
+    assert_eq!(
+        db["floor"]["value"], 200.0,
+        "refused changes changed nothing"
+    );
+    let (status, answer) = daemon.send(
+        "PATCH",
+        "/api/v1/tenants/nobody",
+        r#"{"weight": 5}"#,
+        Some("let-me-in"),
+    );
     assert_eq!(status, 404, "{answer}");
     let (status, answer) = patch(r#"{"floor": "250 IOPS", "weight": 50}"#, Some("let-me-in"));
     assert_eq!(status, 200, "{answer}");
     spec.check("/api/v1/tenants/{name}", "patch", 200, &answer);
-    assert_eq!((answer["floor"]["value"].as_f64(), answer["weight"].as_f64(), answer["overridden"].as_bool()), (Some(250.0), Some(50.0), Some(true)));
+    assert_eq!(
+        (
+            answer["floor"]["value"].as_f64(),
+            answer["weight"].as_f64(),
+            answer["overridden"].as_bool()
+        ),
+        (Some(250.0), Some(50.0), Some(true))
+    );
     // Over the unix socket, no token is needed.
-    let (status, answer) =
-        harness::unix_request(&daemon.dir.path().join("api.sock"), "PATCH", "/api/v1/tenants/db", r#"{"ceiling": "900 IOPS"}"#);
+    let (status, answer) = harness::unix_request(
+        &daemon.dir.path().join("api.sock"),
+        "PATCH",
+        "/api/v1/tenants/db",
+        r#"{"ceiling": "900 IOPS"}"#,
+    );
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["ceiling"]["value"], 900.0);
 
     // Discovery: a new pod is adopted, a removed one dropped.
     std::fs::create_dir(cg.path("pods/pod-c")).unwrap();
-    daemon.wait_for("pod-c adopted", Duration::from_secs(3), |v| names(v).contains(&"pods/pod-c".to_string()));
+    daemon.wait_for("pod-c adopted", Duration::from_secs(3), |v| {
+        names(v).contains(&"pods/pod-c".to_string())
+    });
     std::fs::remove_dir(cg.path("pods/pod-a")).unwrap();
-    daemon.wait_for("pod-a dropped", Duration::from_secs(3), |v| !names(v).contains(&"pods/pod-a".to_string()));
+    daemon.wait_for("pod-a dropped", Duration::from_secs(3), |v| {
+        !names(v).contains(&"pods/pod-a".to_string())
+    });
 
     // Reload: a valid change by SIGHUP; an invalid file refused, by SIGHUP
     // and by the API, with the old config still running.
     daemon.rewrite_config(&text.replace("floor = \"100 IOPS\"", "floor = \"120 IOPS\""));
     daemon.signal("HUP");
-    daemon.wait_for("pods at 120 IOPS", Duration::from_secs(3), |v| tenant(v, "pods/pod-b")["floor"]["value"] == 120.0);
-    daemon.rewrite_config(&text.replace("floor = \"100 IOPS\"", "floor = \"100 IOPS\"\nflavour = \"x\""));
+    daemon.wait_for("pods at 120 IOPS", Duration::from_secs(3), |v| {
+        tenant(v, "pods/pod-b")["floor"]["value"] == 120.0
+    });
+    daemon.rewrite_config(&text.replace(
+        "floor = \"100 IOPS\"",
+        "floor = \"100 IOPS\"\nflavour = \"x\"",
+    ));
     let (status, answer) = daemon.send("POST", "/api/v1/reload", "", Some("let-me-in"));
     assert_eq!(status, 400, "{answer}");
     spec.check("/api/v1/reload", "post", 400, &answer);
     let message = answer["error"].as_str().unwrap();
-    assert!(message.contains("iofloor.toml:") && message.contains("flavour"), "file, line and key: {message}");
+    assert!(
+        message.contains("iofloor.toml:") && message.contains("flavour"),
+        "file, line and key: {message}"
+    );
     let (status, answer) = daemon.send("POST", "/api/v1/reload", "", None);
     assert_eq!(status, 401, "{answer}");
     daemon.signal("HUP");
@@ -334,8 +478,16 @@ weight = 300
     let (_, status_now) = daemon.get("/api/v1/status");
     assert_eq!(status_now["last_reload"]["ok"], false, "{status_now}");
     let (_, v) = daemon.get("/api/v1/tenants");
-    assert_eq!(tenant(&v, "pods/pod-b")["floor"]["value"], 120.0, "the running config stays");
-    assert_eq!(tenant(&v, "db")["floor"]["value"], 250.0, "API changes survive reloads");
+    assert_eq!(
+        tenant(&v, "pods/pod-b")["floor"]["value"],
+        120.0,
+        "the running config stays"
+    );
+    assert_eq!(
+        tenant(&v, "db")["floor"]["value"],
+        250.0,
+        "API changes survive reloads"
+    );
     daemon.rewrite_config(&text);
     let (status, answer) = daemon.send("POST", "/api/v1/reload", "", Some("let-me-in"));
     assert_eq!(status, 200, "{answer}");
@@ -347,9 +499,19 @@ weight = 300
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("TENANT") && text.contains("pods/pod-b") && text.contains("250 IOPS"), "{text}");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_iofloor")).args(["top", "--once", "--sort", "size"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("TENANT") && text.contains("pods/pod-b") && text.contains("250 IOPS"),
+        "{text}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_iofloor"))
+        .args(["top", "--once", "--sort", "size"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "bad --sort is bad input");
 }
 
@@ -376,7 +538,11 @@ floor = "100 IOPS"
     cg.fio("batch", &rig.device, "randread", "4k", 16, None, 25);
 
     let mut page = cdp::Browser::open(&daemon.url("/"));
-    page.wait_until("the initial load", "document.body.dataset.ready === '1'", Duration::from_secs(20));
+    page.wait_until(
+        "the initial load",
+        "document.body.dataset.ready === '1'",
+        Duration::from_secs(20),
+    );
     page.wait_until(
         "live ticks drawn",
         "Number(document.body.dataset.ticks) >= 3 && Number(document.body.dataset.points) > 4",
@@ -389,7 +555,10 @@ floor = "100 IOPS"
          .getImageData(0, 0, c.width, c.height).data; let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; \
          return n; })()",
     );
-    assert!(chart_has_ink.as_u64().unwrap() > 1000, "the throughput chart is drawn: {chart_has_ink} pixels");
+    assert!(
+        chart_has_ink.as_u64().unwrap() > 1000,
+        "the throughput chart is drawn: {chart_has_ink} pixels"
+    );
 
     // A floor change through the page's form reaches the daemon.
     page.eval(
@@ -404,8 +573,16 @@ floor = "100 IOPS"
         Duration::from_secs(10),
     );
     let (_, batch) = daemon.get("/api/v1/tenants/batch");
-    assert_eq!(batch["floor"], serde_json::json!({"unit": "iops", "value": 150.0}), "{batch}");
-    page.wait_until("two more ticks", "Number(document.body.dataset.ticks) >= 5", Duration::from_secs(10));
+    assert_eq!(
+        batch["floor"],
+        serde_json::json!({"unit": "iops", "value": 150.0}),
+        "{batch}"
+    );
+    page.wait_until(
+        "two more ticks",
+        "Number(document.body.dataset.ticks) >= 5",
+        Duration::from_secs(10),
+    );
     let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
     page.screenshot(&shot);
     eprintln!("dashboard screenshot: {}", shot.display());
@@ -471,8 +648,18 @@ model = {{ rbps = 1e9, rseqiops = 5000, rrandiops = 5000, wbps = 1e9, wseqiops =
         qmp.display()
     );
     let mut daemon = Daemon::start(&config(&rig.device, 1000, &cg.parent, &tenants));
-    daemon.wait_for("steady measured", Duration::from_secs(5), |v| tenant(v, "steady")["usage"].is_object());
-    cg.fio("steady", &rig.device, "randread", "4k", 4, Some("1600000"), 20);
+    daemon.wait_for("steady measured", Duration::from_secs(5), |v| {
+        tenant(v, "steady")["usage"].is_object()
+    });
+    cg.fio(
+        "steady",
+        &rig.device,
+        "randread",
+        "4k",
+        4,
+        Some("1600000"),
+        20,
+    );
     cg.fio("flaky", &rig.device, "randread", "4k", 1, None, 3);
     std::thread::sleep(Duration::from_secs(4));
 
@@ -492,16 +679,30 @@ model = {{ rbps = 1e9, rseqiops = 5000, rrandiops = 5000, wbps = 1e9, wseqiops =
     // Its original limits cannot be read, so it is never written to: not
     // adopted, retried each interval.
     assert!(vm.is_null() || vm["available"] == false, "{vm}");
-    assert_eq!(tenant(&v, "other-dev"), Value::Null, "a removed cgroup is dropped: {v}");
+    assert_eq!(
+        tenant(&v, "other-dev"),
+        Value::Null,
+        "a removed cgroup is dropped: {v}"
+    );
     let steady = tenant(&v, "steady");
     assert_eq!(steady["available"], true, "{steady}");
-    assert!(steady["usage"]["iops"].as_f64().unwrap() >= 0.95 * 300.0, "the others keep their floors: {steady}");
+    assert!(
+        steady["usage"]["iops"].as_f64().unwrap() >= 0.95 * 300.0,
+        "the others keep their floors: {steady}"
+    );
     let log = daemon.log_text();
     let count = |needle: &str| log.lines().filter(|l| l.contains(needle)).count();
-    assert_eq!(count("tenant=vm"), 1, "a failing tenant is logged once:\n{log}");
+    assert_eq!(
+        count("tenant=vm"),
+        1,
+        "a failing tenant is logged once:\n{log}"
+    );
     assert_eq!(count("answered garbage"), 1, "{log}");
     assert_eq!(count("device removed"), 1, "{log}");
-    assert!(count("counters went backwards") + count("tenant=flaky") >= 1, "{log}");
+    assert!(
+        count("counters went backwards") + count("tenant=flaky") >= 1,
+        "{log}"
+    );
     assert!(log.contains("gone; dropped"), "{log}");
     cg.wait_fio();
     let (status, _) = daemon.terminate();
@@ -513,8 +714,13 @@ fn the_api_spec_check_rejects_what_the_spec_does_not_allow() {
     let spec = ApiSpec::load();
     let good = serde_json::json!({"error": "no tenant `x`"});
     spec.check("/api/v1/tenants/{name}", "get", 404, &good);
-    for bad in [serde_json::json!({"error": 3}), serde_json::json!({"error": "x", "extra": 1}), serde_json::json!({})] {
-        let caught = std::panic::catch_unwind(|| spec.check("/api/v1/tenants/{name}", "get", 404, &bad));
+    for bad in [
+        serde_json::json!({"error": 3}),
+        serde_json::json!({"error": "x", "extra": 1}),
+        serde_json::json!({}),
+    ] {
+        let caught =
+            std::panic::catch_unwind(|| spec.check("/api/v1/tenants/{name}", "get", 404, &bad));
         assert!(caught.is_err(), "{bad} must not pass");
     }
 }
@@ -523,7 +729,12 @@ fn the_api_spec_check_rejects_what_the_spec_does_not_allow() {
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     // Fields after the command name (which may hold spaces) start at ")".
-    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
     let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
     ticks / 100.0 // USER_HZ is 100 on Linux
 }
@@ -536,8 +747,20 @@ fn fio_iops(cg: &mut Cgroups, name: &str, device: &str, secs: u32) -> f64 {
         .arg("-c")
         .arg(format!("echo $$ > {} && exec fio \"$@\"", procs.display()))
         .arg("sh")
-        .args(["--name=t", &format!("--filename={device}"), "--direct=1", "--ioengine=libaio", "--rw=randread", "--bs=4k"])
-        .args(["--iodepth=8", "--time_based", &format!("--runtime={secs}"), "--output-format=json"])
+        .args([
+            "--name=t",
+            &format!("--filename={device}"),
+            "--direct=1",
+            "--ioengine=libaio",
+            "--rw=randread",
+            "--bs=4k",
+        ])
+        .args([
+            "--iodepth=8",
+            "--time_based",
+            &format!("--runtime={secs}"),
+            "--output-format=json",
+        ])
         .arg(format!("--output={}", out.path().display()))
         .status()
         .unwrap();
@@ -557,7 +780,10 @@ fn overhead_of_the_daemon_with_100_tenants() {
     if !real_environment() {
         return;
     }
-    let backing = std::path::PathBuf::from(format!("/dev/shm/iofloor-overhead-{}.img", std::process::id()));
+    let backing = std::path::PathBuf::from(format!(
+        "/dev/shm/iofloor-overhead-{}.img",
+        std::process::id()
+    ));
     // tmpfs, so the device is CPU-bound: any CPU the daemon takes would show.
     let loop_device = harness::LoopDevice::new(&backing, 256 << 20);
     let device = loop_device.device.clone();
@@ -573,7 +799,9 @@ floor = "1000 IOPS"
 "#;
     // A model that makes 100 floors of 1,000 IOPS admissible on this device.
     let mut daemon = Daemon::start(&config(&device, 200_000, &cg.parent, tenants));
-    daemon.wait_for("100 tenants", Duration::from_secs(10), |v| v["tenants"].as_array().is_some_and(|a| a.len() == 100));
+    daemon.wait_for("100 tenants", Duration::from_secs(10), |v| {
+        v["tenants"].as_array().is_some_and(|a| a.len() == 100)
+    });
     let pid = daemon.pid();
     let (cpu0, t0) = (cpu_seconds(pid), std::time::Instant::now());
     std::thread::sleep(Duration::from_secs(20));
@@ -589,7 +817,9 @@ floor = "1000 IOPS"
         without.push(fio_iops(&mut cg, "t000", &device, 8));
         if round == 0 {
             daemon.spawn();
-            daemon.wait_for("100 tenants", Duration::from_secs(10), |v| v["tenants"].as_array().is_some_and(|a| a.len() == 100));
+            daemon.wait_for("100 tenants", Duration::from_secs(10), |v| {
+                v["tenants"].as_array().is_some_and(|a| a.len() == 100)
+            });
         }
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
@@ -604,14 +834,28 @@ floor = "1000 IOPS"
         mean(&without),
         ratio
     );
-    assert!(cpu_share < 0.05, "daemon CPU {:.2} % of a core (goal ≤ 1 %)", cpu_share * 100.0);
-    assert!(ratio > 0.9, "throughput with the daemon {ratio:.3} of without (goal ≥ 0.98)");
+    assert!(
+        cpu_share < 0.05,
+        "daemon CPU {:.2} % of a core (goal ≤ 1 %)",
+        cpu_share * 100.0
+    );
+    assert!(
+        ratio > 0.9,
+        "throughput with the daemon {ratio:.3} of without (goal ≥ 0.98)"
+    );
 }
 
 /// Runs a QD-32 container load for `secs` and counts the windows (from 5 s
 /// in to 1 s before the end) in which the VM had ≥ 95 % of its 300 IOPS floor.
-fn vm_floor_under_load(daemon: &Daemon, cg: &mut Cgroups, device: &str, secs: u32) -> (usize, usize, Vec<f64>) {
-    daemon.wait_for("the VM measured", Duration::from_secs(10), |v| tenant(v, "vm")["usage"].is_object());
+fn vm_floor_under_load(
+    daemon: &Daemon,
+    cg: &mut Cgroups,
+    device: &str,
+    secs: u32,
+) -> (usize, usize, Vec<f64>) {
+    daemon.wait_for("the VM measured", Duration::from_secs(10), |v| {
+        tenant(v, "vm")["usage"].is_object()
+    });
     let (_, status) = daemon.get("/api/v1/status");
     let started = status["uptime_s"].as_f64().unwrap();
     cg.fio("box", device, "randread", "4k", 32, None, secs);
@@ -621,7 +865,9 @@ fn vm_floor_under_load(daemon: &Daemon, cg: &mut Cgroups, device: &str, secs: u3
         .as_array()
         .unwrap()
         .iter()
-        .filter(|p| (started + 5.0..started + secs as f64 - 1.0).contains(&p["t"].as_f64().unwrap()))
+        .filter(|p| {
+            (started + 5.0..started + secs as f64 - 1.0).contains(&p["t"].as_f64().unwrap())
+        })
         .map(|p| p["iops"].as_f64().unwrap().round())
         .collect();
     let met = iops.iter().filter(|&&i| i >= 0.95 * 300.0).count();
@@ -640,13 +886,17 @@ fn a_real_guest_and_a_container_share_a_device_under_the_daemon() {
     }
     let image = iofloor_host::guest::image_dir();
     if !image.join("vmlinuz").is_file() {
-        assert!(std::env::var_os("CI").is_none(), "CI needs the guest image (scripts/deps.sh)");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs the guest image (scripts/deps.sh)"
+        );
         eprintln!("skipped: no guest image in {}", image.display());
         return;
     }
     let rig = TestRig::up(1500);
     let vm_dir = tempfile::tempdir().unwrap();
-    let guest = iofloor_host::guest::Guest::boot(vm_dir.path(), std::path::Path::new(&rig.device)).unwrap();
+    let guest =
+        iofloor_host::guest::Guest::boot(vm_dir.path(), std::path::Path::new(&rig.device)).unwrap();
     let mut cg = Cgroups::new("guest", &["box"]);
     let tenants = format!(
         r#"
@@ -665,10 +915,13 @@ floor = "300 IOPS"
     // The same load watched under `none` first, then kept under `floor`.
     let text = config(&rig.device, 1500, &cg.parent, &tenants);
     let watched = Daemon::start(&text.replace("[api]", "[policy]\nkind = \"none\"\n\n[api]"));
-    let (none_met, none_windows, none_iops) = vm_floor_under_load(&watched, &mut cg, &rig.device, 14);
+    let (none_met, none_windows, none_iops) =
+        vm_floor_under_load(&watched, &mut cg, &rig.device, 14);
     drop(watched);
     let mut daemon = Daemon::start(&text);
-    let v = daemon.wait_for("the VM measured", Duration::from_secs(10), |v| tenant(v, "vm")["usage"]["latency_us"].is_number());
+    let v = daemon.wait_for("the VM measured", Duration::from_secs(10), |v| {
+        tenant(v, "vm")["usage"]["latency_us"].is_number()
+    });
     assert_eq!(tenant(&v, "vm")["class"], "vm");
     assert_eq!(tenant(&v, "vm")["source"], "qmp");
     let (met, windows, iops) = vm_floor_under_load(&daemon, &mut cg, &rig.device, 20);
@@ -676,23 +929,41 @@ floor = "300 IOPS"
         "guest VM beside a QD-32 container, VM floor 300 IOPS: floor met in {met}/{windows} windows (IOPS {iops:?}); \
          none {none_met}/{none_windows} (IOPS {none_iops:?})"
     );
-    assert!(windows >= 10 && met as f64 >= 0.9 * windows as f64, "VM floor held: {met}/{windows}");
-    assert!((none_met as f64) < 0.5 * none_windows as f64, "without control the container takes the VM's floor");
-    assert!(daemon.get_text("/metrics").contains("iofloor_tenant_latency_seconds{tenant=\"vm\""));
+    assert!(
+        windows >= 10 && met as f64 >= 0.9 * windows as f64,
+        "VM floor held: {met}/{windows}"
+    );
+    assert!(
+        (none_met as f64) < 0.5 * none_windows as f64,
+        "without control the container takes the VM's floor"
+    );
+    assert!(daemon
+        .get_text("/metrics")
+        .contains("iofloor_tenant_latency_seconds{tenant=\"vm\""));
 
     guest.command("stop").unwrap();
     daemon.wait_for("the paused VM unavailable", Duration::from_secs(5), |v| {
-        tenant(v, "vm")["available"] == false && tenant(v, "vm")["error"].as_str().is_some_and(|e| e.contains("paused"))
+        tenant(v, "vm")["available"] == false
+            && tenant(v, "vm")["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("paused"))
     });
     guest.command("cont").unwrap();
-    daemon.wait_for("the VM back", Duration::from_secs(5), |v| tenant(v, "vm")["available"] == true);
+    daemon.wait_for("the VM back", Duration::from_secs(5), |v| {
+        tenant(v, "vm")["available"] == true
+    });
 
     // While the container is quiet the VM may have been capped only if it
     // was above its share; after stop, QEMU's throttle is as before: zero.
     let (status, _) = daemon.terminate();
     assert!(status.success(), "{}", daemon.log_text());
     let blocks = guest.command("query-block").unwrap();
-    let disk = blocks.as_array().unwrap().iter().find(|b| b["qdev"] == iofloor_host::guest::DRIVE).unwrap();
+    let disk = blocks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["qdev"] == iofloor_host::guest::DRIVE)
+        .unwrap();
     for key in ["iops", "iops_rd", "iops_wr", "bps", "bps_rd", "bps_wr"] {
         assert_eq!(disk["inserted"][key], 0, "{key} restored: {disk}");
     }
@@ -710,15 +981,26 @@ fn the_daemon_drives_a_recorded_cgroup_v2_tree() {
     // A real device for diskstats and presence; the tree is rewritten to name it.
     let scratch = tempfile::tempdir().unwrap();
     let device = harness::LoopDevice::new(&scratch.path().join("v2.img"), 16 << 20);
-    let dev = iofloor_host::DevId::of_block_device(std::path::Path::new(&device.device)).unwrap().to_string();
+    let dev = iofloor_host::DevId::of_block_device(std::path::Path::new(&device.device))
+        .unwrap()
+        .to_string();
 
-    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/tests/fixtures/v2");
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/tests/fixtures/v2");
     let root = scratch.path().join("cgroup");
     let mut originals = Vec::new();
-    for entry in ["cgroup.controllers", "kubepods/pod1/io.stat", "kubepods/pod1/io.max", "kubepods/pod1/io.weight",
-        "kubepods/pod2/io.stat", "kubepods/pod2/io.max", "kubepods/pod2/io.weight"]
-    {
-        let text = std::fs::read_to_string(fixtures.join(entry)).unwrap().replace("259:0", &dev);
+    for entry in [
+        "cgroup.controllers",
+        "kubepods/pod1/io.stat",
+        "kubepods/pod1/io.max",
+        "kubepods/pod1/io.weight",
+        "kubepods/pod2/io.stat",
+        "kubepods/pod2/io.max",
+        "kubepods/pod2/io.weight",
+    ] {
+        let text = std::fs::read_to_string(fixtures.join(entry))
+            .unwrap()
+            .replace("259:0", &dev);
         std::fs::create_dir_all(root.join(entry).parent().unwrap()).unwrap();
         std::fs::write(root.join(entry), &text).unwrap();
         if entry.ends_with("io.max") {
@@ -734,7 +1016,10 @@ fn the_daemon_drives_a_recorded_cgroup_v2_tree() {
             let started = std::time::Instant::now();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let rios = 1000 + (started.elapsed().as_secs_f64() * 400.0) as u64;
-                let text = format!("{dev} rbytes={} wbytes=65536000 rios={rios} wios=1000 dbytes=0 dios=0\n", rios * 4096);
+                let text = format!(
+                    "{dev} rbytes={} wbytes=65536000 rios={rios} wios=1000 dbytes=0 dios=0\n",
+                    rios * 4096
+                );
                 std::fs::write(&stat, text).unwrap();
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -760,12 +1045,17 @@ floor = "100 IOPS"
     );
     let mut daemon = Daemon::start(&text);
     let v = daemon.wait_for("pod1 read and capped", Duration::from_secs(10), |v| {
-        tenant(v, "pods/pod1")["usage"]["read_iops"].as_f64().is_some_and(|r| r > 200.0)
+        tenant(v, "pods/pod1")["usage"]["read_iops"]
+            .as_f64()
+            .is_some_and(|r| r > 200.0)
             && tenant(v, "pods/pod1")["caps"]["read_iops"].is_number()
     });
     eprintln!("v2 tree: pod1 {}", tenant(&v, "pods/pod1"));
     let written = std::fs::read_to_string(root.join("kubepods/pod1/io.max")).unwrap();
-    assert!(written.starts_with(&format!("{dev} ")) && written.contains("riops="), "v2 syntax: {written}");
+    assert!(
+        written.starts_with(&format!("{dev} ")) && written.contains("riops="),
+        "v2 syntax: {written}"
+    );
     assert_ne!(written, originals[0].1);
     let (status, _) = daemon.terminate();
     assert!(status.success(), "{}", daemon.log_text());
@@ -775,7 +1065,11 @@ floor = "100 IOPS"
         let now = std::fs::read_to_string(path).unwrap();
         // The original pod1 line: wbps=10485760 wiops=2000; written back field by field.
         for field in original.split_whitespace().skip(1) {
-            assert!(now.contains(field), "{}: {field} restored: {now}", path.display());
+            assert!(
+                now.contains(field),
+                "{}: {field} restored: {now}",
+                path.display()
+            );
         }
     }
 }

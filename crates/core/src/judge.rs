@@ -1,0 +1,84 @@
+//! The verdicts every part of iofloor must agree on: when a device is
+//! contended, what a tenant is entitled to in a window, and when a floor
+//! counts as met. The policy decides with them, the report measures with them
+//! and the service shows them, so the three cannot drift apart (docs/metrics.md).
+
+/// A tenant meets its floor in a window when it gets at least this share of
+/// what it is entitled to; below it the window counts as missed. The 5 %
+/// allows for one window's sampling noise on a rate exactly at the floor.
+pub const MISS_THRESHOLD: f64 = 0.95;
+
+/// What a tenant is entitled to in a window, in its floor's unit: its floor,
+/// or its demand if that is smaller. `None` when it has no floor.
+pub fn entitlement(floor: Option<f64>, demand: Option<f64>) -> Option<f64> {
+    let floor = floor?;
+    Some(match demand {
+        Some(d) => floor.min(d),
+        None => floor,
+    })
+}
+
+/// Whether `got` meets `entitled` (both in the same unit).
+pub fn floor_met(got: f64, entitled: f64) -> bool {
+    got >= MISS_THRESHOLD * entitled
+}
+
+/// Whether a device is contended: the load handed out (in cost units, as a
+/// share of the capacity believed in) is at or past `border`, or the device
+/// queue is past its knee where both are known. The queue speaks for itself
+/// when the cost model is optimistic: the device is saturated even though the
+/// model says there is room.
+pub fn contended(
+    load_share: f64,
+    border: f64,
+    avg_queue: Option<f64>,
+    queue_knee: Option<f64>,
+) -> bool {
+    let by_load = load_share >= border;
+    let by_queue = matches!((avg_queue, queue_knee), (Some(q), Some(knee)) if q > knee);
+    by_load || by_queue
+}
+
+/// The service's reading of a floor when it cannot know the tenant's demand:
+/// met when it got at least [`MISS_THRESHOLD`] of the floor, or got less while
+/// the device was not contended (so it asked for less).
+pub fn floor_met_without_demand(got: f64, floor: f64, contended: bool) -> bool {
+    floor_met(got, floor) || !contended
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entitlement_is_the_smaller_of_floor_and_demand() {
+        assert_eq!(entitlement(Some(100.0), Some(40.0)), Some(40.0));
+        assert_eq!(entitlement(Some(100.0), None), Some(100.0));
+        assert_eq!(entitlement(None, Some(40.0)), None);
+    }
+
+    #[test]
+    fn a_floor_is_met_at_the_threshold() {
+        assert!(floor_met(95.0, 100.0));
+        assert!(!floor_met(94.9, 100.0));
+        assert!(
+            floor_met_without_demand(10.0, 100.0, false),
+            "asked for less on an idle device"
+        );
+        assert!(!floor_met_without_demand(10.0, 100.0, true));
+    }
+
+    #[test]
+    fn contention_by_load_or_by_queue() {
+        assert!(contended(0.95, 0.9, None, None));
+        assert!(
+            !contended(0.5, 0.9, Some(30.0), None),
+            "no knee: the queue says nothing"
+        );
+        assert!(
+            contended(0.5, 0.9, Some(8.0), Some(2.0)),
+            "past the knee with load under the border"
+        );
+        assert!(!contended(0.5, 0.9, Some(1.0), Some(2.0)));
+    }
+}
