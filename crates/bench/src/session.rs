@@ -3,10 +3,11 @@
 //! session (normal end, error, Ctrl-C) stops every process it started, by PID,
 //! clears the throttles and removes the cgroups.
 
-use crate::{fio_job, BenchError, Result};
+use crate::play::fio_job;
+use crate::{BenchError, Result};
 use iofloor_core::Caps;
 use iofloor_host::cgroup::{self, DevId, IoController};
-use iofloor_sim::scenario::{Job, Scenario};
+use iofloor_scenario::format::{Job, Scenario};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Child;

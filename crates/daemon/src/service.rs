@@ -141,14 +141,14 @@ pub fn cgroup_root(config: &Config) -> anyhow::Result<PathBuf> {
 fn cost_model(device: &DeviceConfig, work: &Path) -> anyhow::Result<(CostModel, Option<f64>)> {
     Ok(match &device.model {
         ModelSource::Inline(m) => (*m, None),
-        ModelSource::File(f) => iofloor_bench::calibrate::ModelFile::load(f)
+        ModelSource::File(f) => iofloor_host::calibrate::ModelFile::load(f)
             .map_err(|e| anyhow::anyhow!("device `{}`: {e}", device.name))?,
         ModelSource::Calibrate => {
             let path = device.path.clone().ok_or_else(|| {
                 anyhow::anyhow!("device `{}`: calibrate needs `path`", device.name)
             })?;
             info!(device = %device.name, "calibrating the cost model (writes to the device)");
-            let c = iofloor_bench::calibrate::calibrate(
+            let c = iofloor_host::calibrate::calibrate(
                 &path,
                 work,
                 5.0,

@@ -3,9 +3,11 @@
 //! v2 `io` controllers (counters in, limits out, root injectable so tests run
 //! on recorded trees), device counters from /proc/diskstats, the cgroup
 //! implementation of the core's `Backend`, and the test rig: a block device of
-//! known capacity built from qemu-storage-daemon, FUSE and a loop device.
+//! known capacity built from qemu-storage-daemon, FUSE and a loop device, and
+//! the calibration that measures a device's cost model with fio.
 
 pub mod backend;
+pub mod calibrate;
 pub mod cgroup;
 pub mod diskstats;
 pub mod error;

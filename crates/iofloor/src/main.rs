@@ -7,7 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use iofloor_core::admission;
 use iofloor_core::policy::PolicyKind;
 use iofloor_report::render;
-use iofloor_sim::Scenario;
+use iofloor_scenario::Scenario;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -257,9 +257,17 @@ fn bench_error(e: iofloor_bench::BenchError) -> anyhow::Error {
     }
 }
 
+fn calibrate_error(e: iofloor_host::calibrate::CalibrateError) -> anyhow::Error {
+    if e.is_bad_input() {
+        bad(e.to_string())
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
 /// Reads a model file written by `iofloor calibrate`: the cost model and the queue knee.
 fn load_model(path: &Path) -> anyhow::Result<(iofloor_core::CostModel, Option<f64>)> {
-    iofloor_bench::calibrate::ModelFile::load(path).map_err(bench_error)
+    iofloor_host::calibrate::ModelFile::load(path).map_err(calibrate_error)
 }
 
 fn load_scenario(arg: &str) -> anyhow::Result<Scenario> {
@@ -292,16 +300,7 @@ fn parse_policies(names: &[String]) -> anyhow::Result<Vec<PolicyKind>> {
 }
 
 fn verdict(scenario: &Scenario) -> admission::AdmissionVerdict {
-    let mixes: Vec<_> = scenario
-        .tenants
-        .iter()
-        .map(|t| (&t.spec, scenario.expected_mix(t)))
-        .collect();
-    admission::check(
-        &scenario.policy_model,
-        scenario.policy.floor.target_utilisation,
-        &mixes,
-    )
+    scenario.admission()
 }
 
 fn progress_bar() -> ProgressBar {
@@ -363,7 +362,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 })
                 .clamp(1, 64);
             let bar = progress_bar();
-            let runs = iofloor_sim::run_policies(&sc, &policies, threads, &|f| {
+            let simulator = iofloor_sim::Simulator::new(threads);
+            let Ok(runs) = iofloor_scenario::run_policies(&simulator, &sc, &policies, &|f, _| {
                 bar.set_position((f * 1000.0) as u64)
             });
             bar.finish_and_clear();
@@ -521,12 +521,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!(
                 "calibrating {} (writes to it; about {:.0} s)",
                 device.display(),
-                iofloor_bench::calibrate::planned(secs).as_secs_f64()
+                iofloor_host::calibrate::planned(secs).as_secs_f64()
             );
-            let cal = iofloor_bench::calibrate::calibrate(&device, work.path(), secs, &|what| {
+            let cal = iofloor_host::calibrate::calibrate(&device, work.path(), secs, &|what| {
                 eprintln!("  {what}")
             })
-            .map_err(bench_error)?;
+            .map_err(calibrate_error)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&cal)?);
             } else {

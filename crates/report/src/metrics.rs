@@ -224,6 +224,8 @@ mod tests {
 
     fn run(series: &[(f64, f64)], steps: Vec<f64>) -> RunRecord {
         RunRecord {
+            schema_version: crate::record::SCHEMA_VERSION,
+            environment: None,
             scenario: "t".into(),
             policy: "floor".into(),
             source: "test".into(),

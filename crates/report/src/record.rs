@@ -3,7 +3,7 @@
 //! a results directory without rerunning anything.
 
 use iofloor_core::units::{Rate, RateUnit};
-use iofloor_core::TenantClass;
+use iofloor_core::{CostParams, PolicyParams, TenantClass};
 use serde::{Deserialize, Serialize};
 
 /// Throughput over a window in every unit a floor can be stated in.
@@ -80,9 +80,47 @@ pub struct LatencySummary {
     pub max_ms: f64,
 }
 
+/// The record layout this build writes. Version 1 is every record written
+/// before the field existed (read as such); a newer version than this is
+/// refused by the reader rather than half understood.
+pub const SCHEMA_VERSION: u32 = 2;
+
+fn schema_before_versioning() -> u32 {
+    1
+}
+
+/// Where a record came from, so a saved result can be traced and rerun.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    /// iofloor's version (Cargo package version of the writer).
+    pub iofloor_version: String,
+    /// "simulator" or "device" (with the device in `RunRecord::source`).
+    pub testbed: String,
+    /// Wall-clock start and end of the whole invocation, seconds since the Unix epoch.
+    pub started_unix_s: f64,
+    pub finished_unix_s: f64,
+    /// The cost model the policies were given.
+    pub policy_model: CostParams,
+    /// The simulated device's true model, where it differs from a real one.
+    pub device_model: Option<CostParams>,
+    pub policy_params: PolicyParams,
+    /// Factor the scenario's times were scaled by.
+    pub time_scale: f64,
+    /// `uname -r` of the machine that ran it (real runs).
+    pub kernel: Option<String>,
+    pub fio_version: Option<String>,
+    pub qemu_version: Option<String>,
+}
+
 /// Everything measured in one run of one policy on one scenario.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
+    /// [`SCHEMA_VERSION`] of the writer.
+    #[serde(default = "schema_before_versioning")]
+    pub schema_version: u32,
+    /// Absent in version-1 records.
+    #[serde(default)]
+    pub environment: Option<Environment>,
     pub scenario: String,
     pub policy: String,
     /// "sim" or "device:/dev/..." for real runs.

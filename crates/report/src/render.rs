@@ -25,6 +25,12 @@ pub enum ReportError {
     Chart(String),
     #[error("{0}: no run records (runs/*.json) found")]
     Empty(PathBuf),
+    #[error("{path}: run record of schema version {found}, newer than this iofloor reads (up to {supported}); use a newer iofloor to read it")]
+    FutureSchema {
+        path: PathBuf,
+        found: u64,
+        supported: u32,
+    },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
@@ -393,12 +399,7 @@ pub fn load_dir(dir: &Path) -> Result<Vec<RunRecord>, ReportError> {
         let path = e.map_err(io_err(&runs_dir))?.path();
         if path.extension().is_some_and(|x| x == "json") {
             let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
-            let run: RunRecord =
-                serde_json::from_str(&text).map_err(|source| ReportError::Parse {
-                    path: path.clone(),
-                    source,
-                })?;
-            runs.push(run);
+            runs.push(parse_record(&path, &text)?);
         }
     }
     if runs.is_empty() {
@@ -406,6 +407,27 @@ pub fn load_dir(dir: &Path) -> Result<Vec<RunRecord>, ReportError> {
     }
     runs.sort_by_key(|r| (r.policy != "none", r.policy.clone()));
     Ok(runs)
+}
+
+/// Reads one run record, refusing a schema newer than this build's before
+/// looking at any other field (a newer layout may not parse, and must not be
+/// half read).
+pub fn parse_record(path: &Path, text: &str) -> Result<RunRecord, ReportError> {
+    let parse_err = |source| ReportError::Parse {
+        path: path.to_path_buf(),
+        source,
+    };
+    let value: serde_json::Value = serde_json::from_str(text).map_err(parse_err)?;
+    if let Some(found) = value.get("schema_version").and_then(|v| v.as_u64()) {
+        if found > u64::from(crate::record::SCHEMA_VERSION) {
+            return Err(ReportError::FutureSchema {
+                path: path.to_path_buf(),
+                found,
+                supported: crate::record::SCHEMA_VERSION,
+            });
+        }
+    }
+    serde_json::from_value(value).map_err(parse_err)
 }
 
 /// Rebuilds summary, reports and charts from the raw runs in `dir`.

@@ -2,7 +2,8 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use iofloor_core::policy::PolicyKind;
-use iofloor_sim::{simulate, Scenario};
+use iofloor_scenario::Scenario;
+use iofloor_sim::simulate;
 use std::path::PathBuf;
 
 fn scenario(name: &str) -> Scenario {

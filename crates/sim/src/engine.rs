@@ -5,13 +5,13 @@
 //! interval against a backend that reads this engine's counters and sets its
 //! throttles, exactly as the daemon does against cgroups.
 
-use crate::scenario::{Job, JobState, Scenario};
-use hdrhistogram::Histogram;
 use iofloor_core::control::{Backend, Controller, Counters, DeviceCounters};
 use iofloor_core::model::{Caps, Direction, TenantClass, TenantSpec};
 use iofloor_core::policy::{self, PolicyContext, PolicyKind};
 use iofloor_core::units::Rate;
 use iofloor_report::record::{DeviceWindow, LatencySummary, TenantWindow, Throughput, Window};
+use iofloor_scenario::format::{Job, JobState, Scenario};
+use iofloor_scenario::{DecisionStats, LatencyRecorder};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 use rand_distr::Exp1;
@@ -54,6 +54,8 @@ impl Kind {
 const SEQ_BITS: u32 = 20;
 /// The longest run the event key can represent.
 pub const MAX_DURATION: Duration = Duration::from_nanos(1 << (64 - SEQ_BITS));
+// Every valid scenario fits the event clock.
+const _: () = assert!(iofloor_scenario::format::MAX_DURATION.as_nanos() < MAX_DURATION.as_nanos());
 
 /// A scheduled event in 16 bytes, ordered by one integer: the time, then a
 /// sequence number (wrapping every 2^20 events), so events at the same time
@@ -214,7 +216,7 @@ struct TenantRt {
     path: Option<(Stage, u64)>,
     counters: Counters,
     acc: WindowAcc,
-    hist: Histogram<u64>,
+    latency: LatencyRecorder,
 }
 
 #[derive(Default)]
@@ -234,8 +236,7 @@ struct DeviceRt {
 pub struct EngineOutput {
     pub windows: Vec<Window>,
     pub latency: Vec<LatencySummary>,
-    pub decision_time_us_max: f64,
-    pub decision_time_us_mean: f64,
+    pub decisions: DecisionStats,
     pub ios_completed: u64,
     pub ios_issued: u64,
     pub ios_in_flight: u64,
@@ -310,8 +311,7 @@ impl<'s> Engine<'s> {
                     ..Default::default()
                 },
                 acc: WindowAcc::default(),
-                hist: Histogram::new_with_bounds(1, 1_000_000_000_000, 2)
-                    .expect("histogram bounds are valid"),
+                latency: LatencyRecorder::default(),
             });
             for job in &t.jobs {
                 let ji = e.jobs.len() as u32;
@@ -631,7 +631,7 @@ impl<'s> Engine<'s> {
         self.dev.win_latency_ns += latency;
         self.dev.win_ios += 1;
         if io.issued >= self.warmup_ns {
-            t.hist.saturating_record(latency.max(1));
+            t.latency.record_ns(latency);
         }
         self.instances[io.instance as usize].outstanding -= 1;
         self.try_issue(io.instance);
@@ -692,7 +692,7 @@ impl<'s> Engine<'s> {
             self.push(0, Kind::Control, 0, 0);
         }
         self.push(self.window_ns, Kind::Window, 0, 0);
-        let (mut dec_max, mut dec_sum, mut dec_n) = (0.0f64, 0.0f64, 0u64);
+        let mut decisions = DecisionStats::default();
         while let Some(ev) = self.events.pop() {
             if ev.time() > end {
                 break;
@@ -714,10 +714,7 @@ impl<'s> Engine<'s> {
                             Duration::from_nanos(self.now),
                             &mut SimBackend { engine: &mut self },
                         );
-                        let us = report.decision_time.as_secs_f64() * 1e6;
-                        dec_max = dec_max.max(us);
-                        dec_sum += us;
-                        dec_n += 1;
+                        decisions.record(report.decision_time);
                     }
                     if self.now + interval <= end {
                         self.push(self.now + interval, Kind::Control, 0, 0);
@@ -732,32 +729,12 @@ impl<'s> Engine<'s> {
                 }
             }
         }
-        let latency = self
-            .tenants
-            .iter()
-            .map(|t| {
-                let h = &t.hist;
-                let ms = |ns: u64| ns as f64 / 1e6;
-                LatencySummary {
-                    count: h.len(),
-                    mean_ms: h.mean() / 1e6,
-                    p50_ms: ms(h.value_at_quantile(0.5)),
-                    p99_ms: ms(h.value_at_quantile(0.99)),
-                    p999_ms: ms(h.value_at_quantile(0.999)),
-                    max_ms: ms(h.max()),
-                }
-            })
-            .collect();
+        let latency = self.tenants.iter().map(|t| t.latency.summary()).collect();
         let in_flight: u64 = self.instances.iter().map(|i| i.outstanding as u64).sum();
         EngineOutput {
             windows: self.windows,
             latency,
-            decision_time_us_max: dec_max,
-            decision_time_us_mean: if dec_n > 0 {
-                dec_sum / dec_n as f64
-            } else {
-                0.0
-            },
+            decisions,
             ios_completed: self.completed,
             ios_issued: self.issued,
             ios_in_flight: in_flight,

@@ -4,7 +4,8 @@
 
 use iofloor_core::policy::PolicyKind;
 use iofloor_report::compare;
-use iofloor_sim::{run_policies, simulate, Scenario};
+use iofloor_scenario::{run_policies, Scenario};
+use iofloor_sim::{simulate, Simulator};
 use proptest::prelude::*;
 use std::path::PathBuf;
 
@@ -146,7 +147,7 @@ iodepth = 32
 fn shipped_scenarios_floor_beats_the_others() {
     for name in ["noisy-4", "noisy-20", "size-mix", "hybrid"] {
         let sc = Scenario::load(&scenario_path(name)).unwrap();
-        let runs = run_policies(&sc, &PolicyKind::ALL, 2, &|_| {});
+        let Ok(runs) = run_policies(&Simulator::new(2), &sc, &PolicyKind::ALL, &|_, _| {});
         let m: std::collections::HashMap<String, _> = compare(&runs).into_iter().collect();
         let floor = &m["floor"];
         for (p, other) in &m {

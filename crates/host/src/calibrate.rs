@@ -15,13 +15,57 @@
 //!    model predicts, the whole model is scaled down by the worst shortfall,
 //!    so it errs on the safe side.
 
-use crate::{BenchError, Result};
-use iofloor_core::cost::{CostModel, CostParams};
+use crate::fio::FioJob;
+use crate::HostError;
+use iofloor_core::cost::{CostModel, CostModelError, CostParams};
 use iofloor_core::{DirUsage, Usage};
-use iofloor_host::fio::FioJob;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Why a calibration or a model file failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrateError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error("fio did no I/O on {device} ({what})")]
+    NoIo { device: PathBuf, what: String },
+    #[error("fitted model: {0}")]
+    Fit(CostModelError),
+    /// A model file that does not parse; the message carries line and key.
+    #[error("{path}: {source}")]
+    ModelFileSyntax {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
+    #[error("{path}: `model`: {source}")]
+    ModelFileModel {
+        path: PathBuf,
+        source: CostModelError,
+    },
+    #[error("{path}: `policy.floor.queue_knee` must be positive, got {knee}")]
+    ModelFileKnee { path: PathBuf, knee: f64 },
+}
+
+impl CalibrateError {
+    /// Bad input (a model file), as opposed to a measurement that failed.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            CalibrateError::ModelFileSyntax { .. }
+                | CalibrateError::ModelFileModel { .. }
+                | CalibrateError::ModelFileKnee { .. }
+                | CalibrateError::Io { .. }
+        )
+    }
+}
+
+type Result<T> = std::result::Result<T, CalibrateError>;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct HeldOut {
@@ -45,22 +89,30 @@ pub struct Calibration {
 }
 
 impl Calibration {
-    /// The file `iofloor bench --model` and the daemon config read.
+    /// The model file: what `iofloor bench --model` and the daemon's
+    /// `model_file` read, with the calibration's figures as comments.
     pub fn to_toml(&self) -> String {
-        let p = &self.params;
-        let mut s = format!(
+        let file = ModelFile {
+            model: self.params,
+            policy: ModelFilePolicy {
+                floor: ModelFileFloor {
+                    queue_knee: Some((self.queue_knee * 10.0).round() / 10.0),
+                },
+            },
+        };
+        let held_out: Vec<String> = self
+            .held_out
+            .iter()
+            .map(|h| format!("{} {:+.1}%", h.name, h.error * 100.0))
+            .collect();
+        format!(
             "# iofloor calibrate {}: io.cost-style linear model (bytes/s and 4 KiB IOPS)\n\
-             # held-out mixes: {}\n[model]\nrbps = {:.0}\nrseqiops = {:.0}\nrrandiops = {:.0}\nwbps = {:.0}\nwseqiops = {:.0}\nwrandiops = {:.0}\n\n\
-             [policy.floor]\nqueue_knee = {:.1}\n",
+             # held-out mixes: {}\n# safety scale applied: {:.3}\n{}",
             self.device.display(),
-            self.held_out.iter().map(|h| format!("{} {:+.1}%", h.name, h.error * 100.0)).collect::<Vec<_>>().join(", "),
-            p.rbps, p.rseqiops, p.rrandiops, p.wbps, p.wseqiops, p.wrandiops, self.queue_knee
-        );
-        s.push_str(&format!(
-            "# safety scale applied: {:.3}\n",
-            self.safety_scale
-        ));
-        s
+            held_out.join(", "),
+            self.safety_scale,
+            toml::to_string(&file).expect("a model file always serialises"),
+        )
     }
 }
 
@@ -95,10 +147,10 @@ impl Runner<'_> {
         // Devices (and QEMU's throttle) grant a burst at start: not counted.
         job.ramp_s = Some(1.0);
         let out = job.run()?;
-        let j = out
-            .jobs
-            .first()
-            .ok_or_else(|| BenchError::Failed("fio reported no job".into()))?;
+        let j = out.jobs.first().ok_or_else(|| CalibrateError::NoIo {
+            device: self.device.to_path_buf(),
+            what: format!("{rw} {bs}: fio reported no job"),
+        })?;
         let iops = j.read.iops + j.write.iops;
         let ios = (j.read.total_ios + j.write.total_ios).max(1) as f64;
         let lat = (j.read.clat_ns.mean * j.read.total_ios as f64
@@ -106,10 +158,10 @@ impl Runner<'_> {
             / ios
             / 1e3;
         if iops <= 0.0 {
-            return Err(BenchError::Failed(format!(
-                "fio did no I/O on {} ({rw} {bs})",
-                self.device.display()
-            )));
+            return Err(CalibrateError::NoIo {
+                device: self.device.to_path_buf(),
+                what: format!("{rw} {bs}"),
+            });
         }
         Ok((iops, lat))
     }
@@ -145,8 +197,10 @@ pub fn calibrate(
     secs: f64,
     progress: &dyn Fn(&str),
 ) -> Result<Calibration> {
-    std::fs::create_dir_all(work)
-        .map_err(|e| BenchError::Failed(format!("{}: {e}", work.display())))?;
+    std::fs::create_dir_all(work).map_err(|source| CalibrateError::Io {
+        path: work.to_path_buf(),
+        source,
+    })?;
     let mut r = Runner {
         device,
         work,
@@ -188,8 +242,7 @@ pub fn calibrate(
         wseqiops: dir_params[1].1,
         wrandiops: dir_params[1].2,
     };
-    let model =
-        CostModel::new(params).map_err(|e| BenchError::Failed(format!("fitted model: {e}")))?;
+    let model = CostModel::new(params).map_err(CalibrateError::Fit)?;
 
     progress("held-out mixes");
     let mut held_out = Vec::new();
@@ -249,8 +302,9 @@ pub fn calibrate(
     })
 }
 
-/// A model file written by [`Calibration::to_toml`].
-#[derive(Debug, Clone, serde::Deserialize)]
+/// The calibrated-model file: written by [`Calibration::to_toml`], read by
+/// `iofloor bench --model` and the daemon's `model_file` (serde both ways).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelFile {
     pub model: CostParams,
@@ -258,33 +312,46 @@ pub struct ModelFile {
     pub policy: ModelFilePolicy,
 }
 
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelFilePolicy {
     #[serde(default)]
     pub floor: ModelFileFloor,
 }
 
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelFileFloor {
     pub queue_knee: Option<f64>,
 }
 
 impl ModelFile {
-    /// Reads and validates a model file; errors name the file and line.
+    /// Reads and validates a model file; errors name the file, and the line
+    /// and key where the parser knows them.
     pub fn load(path: &Path) -> Result<(CostModel, Option<f64>)> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| BenchError::Invalid(format!("{}: {e}", path.display())))?;
-        let f: ModelFile = toml::from_str(&text)
-            .map_err(|e| BenchError::Invalid(format!("{}: {e}", path.display())))?;
-        let model = CostModel::new(f.model)
-            .map_err(|e| BenchError::Invalid(format!("{}: {e}", path.display())))?;
-        if let Some(k) = f.policy.floor.queue_knee.filter(|k| !(*k > 0.0)) {
-            return Err(BenchError::Invalid(format!(
-                "{}: queue_knee must be positive, got {k}",
-                path.display()
-            )));
+        let text = std::fs::read_to_string(path).map_err(|source| CalibrateError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        ModelFile::parse(&text, path)
+    }
+
+    /// [`ModelFile::load`] on text already read; `path` names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<(CostModel, Option<f64>)> {
+        let f: ModelFile =
+            toml::from_str(text).map_err(|source| CalibrateError::ModelFileSyntax {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let model = CostModel::new(f.model).map_err(|source| CalibrateError::ModelFileModel {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if let Some(knee) = f.policy.floor.queue_knee.filter(|k| !(*k > 0.0)) {
+            return Err(CalibrateError::ModelFileKnee {
+                path: path.to_path_buf(),
+                knee,
+            });
         }
         Ok((model, f.policy.floor.queue_knee))
     }
@@ -298,6 +365,47 @@ pub fn planned(secs: f64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn model_file_round_trips() {
+        let cal = Calibration {
+            device: PathBuf::from("/dev/loop9"),
+            params: CostParams {
+                rbps: 2e8,
+                rseqiops: 9000.0,
+                rrandiops: 4000.0,
+                wbps: 1e8,
+                wseqiops: 5000.0,
+                wrandiops: 2000.0,
+            },
+            queue_knee: 2.04,
+            qd1_latency_us: 250.0,
+            held_out: vec![],
+            safety_scale: 0.97,
+        };
+        let (model, knee) = ModelFile::parse(&cal.to_toml(), Path::new("m.toml")).unwrap();
+        assert_eq!(*model.params(), cal.params);
+        assert_eq!(knee, Some(2.0));
+    }
+
+    #[test]
+    fn bad_model_files_name_file_and_key() {
+        let e = ModelFile::parse("[model]\nrbps = 1\n", Path::new("m.toml")).unwrap_err();
+        assert!(e.is_bad_input() && e.to_string().contains("m.toml"), "{e}");
+        let good = "[model]\nrbps = 2e8\nrseqiops = 9000\nrrandiops = 4000\nwbps = 1e8\nwseqiops = 5000\nwrandiops = 2000\n";
+        let e = ModelFile::parse(
+            &format!("{good}[policy.floor]\nqueue_knee = -1\n"),
+            Path::new("m.toml"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("queue_knee"), "{e}");
+        let e = ModelFile::parse(
+            &good.replace("rbps = 2e8", "rbps = -5"),
+            Path::new("m.toml"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("`model`"), "{e}");
+    }
 
     #[test]
     fn line_fit() {

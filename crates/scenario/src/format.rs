@@ -28,6 +28,10 @@ pub enum ScenarioError {
     Invalid { path: String, message: String },
 }
 
+/// The longest scenario: four hours, well inside what the simulator's event
+/// clock represents and longer than any experiment worth repeating.
+pub const MAX_DURATION: Duration = Duration::from_secs(4 * 3600);
+
 // Quantities that parse themselves, so errors carry the TOML position.
 pub use iofloor_core::units::quantity::{BandwidthQ, DurationQ, RateQ, SizeQ};
 
@@ -76,7 +80,7 @@ pub struct DeviceFile {
     pub write_cliff: Option<WriteCliffFile>,
     /// The cost model the policies are given, if not the device's true one
     /// (to study a mis-calibrated model).
-    pub model: Option<ModelFile>,
+    pub model: Option<PolicyModelFile>,
 }
 
 fn default_jitter() -> f64 {
@@ -85,7 +89,7 @@ fn default_jitter() -> f64 {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ModelFile {
+pub struct PolicyModelFile {
     pub rbps: BandwidthQ,
     pub rseqiops: f64,
     pub rrandiops: f64,
@@ -290,6 +294,8 @@ pub struct Scenario {
     pub policy_model: CostModel,
     pub policy: PolicyParams,
     pub tenants: Vec<Tenant>,
+    /// Factor every time was scaled by ([`Scenario::time_scaled`]); 1 as written.
+    pub time_scale: f64,
 }
 
 impl Scenario {
@@ -334,6 +340,7 @@ impl Scenario {
     pub fn time_scaled(&self, factor: f64) -> Scenario {
         let s = |d: Duration| Duration::from_secs_f64(d.as_secs_f64() * factor);
         let mut out = self.clone();
+        out.time_scale = self.time_scale * factor;
         out.duration = s(self.duration);
         out.warmup = s(self.warmup);
         for t in &mut out.tenants {
@@ -351,6 +358,29 @@ impl Scenario {
         let mut out = self.clone();
         out.tenants = vec![self.tenants[index].clone()];
         out
+    }
+
+    /// The same scenario with the policies given `model` (a calibrated one)
+    /// instead of the scenario's.
+    pub fn with_policy_model(&self, model: CostModel) -> Scenario {
+        Scenario {
+            policy_model: model,
+            ..self.clone()
+        }
+    }
+
+    /// Admission control on the policies' model: can every floor be kept?
+    pub fn admission(&self) -> iofloor_core::admission::AdmissionVerdict {
+        let mixes: Vec<_> = self
+            .tenants
+            .iter()
+            .map(|t| (&t.spec, self.expected_mix(t)))
+            .collect();
+        iofloor_core::admission::check(
+            &self.policy_model,
+            self.policy.floor.target_utilisation,
+            &mixes,
+        )
     }
 
     /// The expected mix of each tenant, from its jobs (for admission control).
@@ -386,7 +416,7 @@ impl ScenarioFile {
             return Err("`name` must not be empty".into());
         }
         let duration = self.duration.0;
-        if duration < Duration::from_secs(1) || duration > crate::engine::MAX_DURATION {
+        if duration < Duration::from_secs(1) || duration > MAX_DURATION {
             return Err(format!(
                 "`duration` must be between 1s and 4h, got {duration:?}"
             ));
@@ -546,6 +576,7 @@ impl ScenarioFile {
             policy_model,
             policy: self.policy,
             tenants,
+            time_scale: 1.0,
         })
     }
 }

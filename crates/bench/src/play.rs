@@ -1,0 +1,481 @@
+//! One run on a real device, in three parts a reader can take one at a time:
+//! [`Play::start`] makes the tenants' cgroups (or QEMU paths) and the
+//! controller, [`Play::drive`] starts and stops fio on the scenario's
+//! schedule while the policy ticks and each second's window is sampled, and
+//! [`latency_from_logs`] turns fio's per-I/O logs into the latency figures.
+
+use crate::session::{LogInfo, Session};
+use crate::{BenchError, FioTestbed, Result};
+use iofloor_core::control::Controller;
+use iofloor_core::cost::CostModel;
+use iofloor_core::policy::{self, PolicyContext, PolicyKind};
+use iofloor_core::units::Rate;
+use iofloor_core::Backend;
+use iofloor_core::{Counters, DirUsage, Usage};
+use iofloor_host::cgroup::DevId;
+use iofloor_host::diskstats::{DiskStat, DiskStats};
+use iofloor_host::fio::{self, FioJob};
+use iofloor_host::qmp_backend::{HybridBackend, QmpBackend, QmpTarget};
+use iofloor_host::CgroupBackend;
+use iofloor_report::record::{DeviceWindow, TenantWindow, Throughput, Window};
+use iofloor_scenario::format::{Job, Scenario};
+use iofloor_scenario::{DecisionStats, LatencyRecorder, RawRun};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Plays one scenario with one policy (None: no controller at all).
+pub(crate) fn play(
+    scenario: &Scenario,
+    policy: Option<PolicyKind>,
+    tag: &str,
+    testbed: &FioTestbed<'_>,
+    progress: &(dyn Fn(f64) + Sync),
+) -> Result<RawRun> {
+    let mut run = Play::start(scenario, policy, tag, testbed)?;
+    let (windows, decisions) = run.drive(testbed, progress)?;
+    let logs = run.session.stop_all()?;
+    let (windows, latency) = latency_from_logs(scenario, windows, &logs)?;
+    run.session.cleanup()?;
+    let ios_completed = windows
+        .iter()
+        .flat_map(|w| w.tenants.iter().map(|t| t.got.iops))
+        .sum::<f64>() as u64;
+    Ok(RawRun {
+        windows,
+        latency,
+        decisions,
+        ios_completed,
+    })
+}
+
+/// A run in progress: its resources and the controller.
+struct Play<'s> {
+    scenario: &'s Scenario,
+    session: Session,
+    backend: HybridBackend,
+    controller: Option<Controller>,
+    /// The device each tenant's fio processes use (the shared one, or a VM's QEMU path).
+    tenant_device: Vec<PathBuf>,
+    work: PathBuf,
+    dev: DevId,
+}
+
+impl<'s> Play<'s> {
+    fn start(
+        scenario: &'s Scenario,
+        policy_kind: Option<PolicyKind>,
+        tag: &str,
+        testbed: &FioTestbed<'_>,
+    ) -> Result<Play<'s>> {
+        let opts = testbed.opts;
+        let dev = testbed.dev;
+        let work = opts.work_dir.join(tag);
+        std::fs::create_dir_all(&work).map_err(|source| BenchError::Io {
+            path: work.clone(),
+            source,
+        })?;
+        let mut session = Session::create(&opts.cgroup_root, dev, scenario, tag)?;
+        let max_procs = most_processes(scenario);
+        let region = (device_sectors(dev)? * 512 / max_procs as u64) / (1 << 20) * (1 << 20);
+        if region < 1 << 20 {
+            return Err(BenchError::Invalid(format!(
+                "{}: too small for {max_procs} fio processes",
+                opts.device.display()
+            )));
+        }
+        session.set_regions(max_procs, region);
+
+        let mut backend = HybridBackend {
+            cgroups: CgroupBackend::new(
+                iofloor_host::cgroup::controller(&opts.cgroup_root, dev)?,
+                Some(DiskStats::proc(dev)),
+            ),
+            qmp: QmpBackend::new(Duration::from_secs(2)),
+        };
+        let mut tenant_device = Vec::with_capacity(scenario.tenants.len());
+        for (i, t) in scenario.tenants.iter().enumerate() {
+            if opts.vm_paths && t.spec.class == iofloor_core::TenantClass::Vm {
+                let vm = session.add_vm_path(&opts.device, &work.join("vm-paths"))?;
+                let disk = vm.device.clone().expect("a started VM path has a device");
+                let stats_device = DevId::of_block_device(&disk)?;
+                backend.qmp.add_tenant(
+                    &t.spec.name,
+                    &vm.socket,
+                    QmpTarget::Group {
+                        group: "dev".into(),
+                        stats_device,
+                    },
+                );
+                tenant_device.push(disk);
+            } else {
+                backend
+                    .cgroups
+                    .add_tenant(&t.spec.name, session.tenant_cgroup(i).to_path_buf());
+                tenant_device.push(opts.device.clone());
+            }
+        }
+        let controller = policy_kind.map(|k| {
+            let ctx = PolicyContext {
+                cost: scenario.policy_model,
+                capacity: 1.0,
+            };
+            let specs = scenario
+                .tenants
+                .iter()
+                .map(|t| Arc::new(t.spec.clone()))
+                .collect();
+            Controller::new(policy::build(k, &scenario.policy, ctx), specs)
+        });
+        Ok(Play {
+            scenario,
+            session,
+            backend,
+            controller,
+            tenant_device,
+            work,
+            dev,
+        })
+    }
+
+    /// Runs the schedule to the end; returns the windows (latency not yet
+    /// filled in) and the policy's decision times.
+    fn drive(
+        &mut self,
+        testbed: &FioTestbed<'_>,
+        progress: &(dyn Fn(f64) + Sync),
+    ) -> Result<(Vec<Window>, DecisionStats)> {
+        let scenario = self.scenario;
+        let model = scenario.policy_model;
+        let n = scenario.tenants.len();
+        let plan = changes(scenario);
+        let mut next_change = 0;
+        let duration = scenario.duration;
+        let seq: Vec<f64> = (0..n).map(|i| seq_share(scenario, i)).collect();
+        let mut running: Vec<Vec<u32>> = scenario
+            .tenants
+            .iter()
+            .map(|t| vec![0; t.jobs.len()])
+            .collect();
+        let mut windows: Vec<Window> = Vec::new();
+        let mut last_counters: Vec<Counters> = scenario
+            .tenants
+            .iter()
+            .map(|t| {
+                self.backend
+                    .read_counters(&t.spec)
+                    .map_err(BenchError::from)
+            })
+            .collect::<Result<_>>()?;
+        let diskstats = DiskStats::proc(self.dev);
+        let mut last_disk: DiskStat = diskstats.read()?;
+        let mut decisions = DecisionStats::default();
+        let mut errors_seen = std::collections::HashSet::new();
+
+        let start = Instant::now();
+        self.session.start = Some(start);
+        let mut next_tick = Duration::ZERO;
+        let mut next_window = Duration::from_secs(1);
+        loop {
+            if testbed.stop.load(Ordering::SeqCst) {
+                return Err(BenchError::Interrupted);
+            }
+            let now = start.elapsed();
+            while next_change < plan.len() && plan[next_change].at <= now {
+                let c = plan[next_change];
+                let job = &scenario.tenants[c.tenant].jobs[c.job];
+                let remaining = duration.saturating_sub(now).as_secs_f64() + 1.0;
+                self.session.set_processes(
+                    c.tenant,
+                    c.job,
+                    job,
+                    c.numjobs,
+                    c.iodepth,
+                    remaining,
+                    &self.tenant_device[c.tenant],
+                    &self.work,
+                )?;
+                running[c.tenant][c.job] = c.numjobs;
+                next_change += 1;
+            }
+            if let Some(ctrl) = self.controller.as_mut().filter(|_| now >= next_tick) {
+                let report = ctrl.tick(now, &mut self.backend);
+                decisions.record(report.decision_time);
+                for (tenant, e) in report.errors {
+                    if errors_seen.insert(tenant.clone()) {
+                        eprintln!("warning: tenant {tenant}: {e}");
+                    }
+                }
+                next_tick += scenario.interval;
+            }
+            if now >= next_window {
+                let secs = 1.0;
+                let mut tenants = Vec::with_capacity(n);
+                for (i, t) in scenario.tenants.iter().enumerate() {
+                    let cur = self.backend.read_counters(&t.spec)?;
+                    tenants.push(TenantWindow {
+                        got: window_throughput(&last_counters[i], &cur, secs, seq[i], &model),
+                        demand: declared_demand(scenario, i, &running[i], &model),
+                        mean_latency_ms: None,
+                        cap_cost: None,
+                    });
+                    last_counters[i] = cur;
+                }
+                let disk = diskstats.read()?;
+                let device = DeviceWindow {
+                    avg_queue: disk
+                        .time_in_queue_ms
+                        .saturating_sub(last_disk.time_in_queue_ms)
+                        as f64
+                        / 1000.0
+                        / secs,
+                    utilisation: (disk.io_ticks_ms.saturating_sub(last_disk.io_ticks_ms) as f64
+                        / 1000.0
+                        / secs)
+                        .min(1.0),
+                    mean_latency_ms: None,
+                };
+                last_disk = disk;
+                windows.push(Window {
+                    t: next_window.as_secs_f64() - 1.0,
+                    tenants,
+                    device,
+                });
+                progress((next_window.as_secs_f64() / duration.as_secs_f64()).min(1.0));
+                next_window += Duration::from_secs(1);
+            }
+            if let Some(msg) = self.session.check_processes()? {
+                return Err(BenchError::Failed(msg));
+            }
+            if now >= duration {
+                break;
+            }
+            let wake = [
+                next_window,
+                next_tick,
+                plan.get(next_change).map(|c| c.at).unwrap_or(duration),
+                duration,
+            ]
+            .into_iter()
+            .filter(|t| *t > now)
+            .min()
+            .unwrap_or(now);
+            std::thread::sleep((wake - now).min(Duration::from_millis(50)));
+        }
+        Ok((windows, decisions))
+    }
+}
+
+/// Latency from fio's per-I/O logs: per-window means for each tenant and the
+/// device, and each tenant's distribution after warm-up.
+fn latency_from_logs(
+    scenario: &Scenario,
+    mut windows: Vec<Window>,
+    logs: &[LogInfo],
+) -> Result<(Vec<Window>, Vec<iofloor_report::record::LatencySummary>)> {
+    let n = scenario.tenants.len();
+    let mut recorders: Vec<LatencyRecorder> = vec![LatencyRecorder::default(); n];
+    let mut win_lat: Vec<Vec<(f64, u64)>> = vec![vec![(0.0, 0); windows.len()]; n];
+    let mut dev_lat: Vec<(f64, u64)> = vec![(0.0, 0); windows.len()];
+    let (warmup, end) = (
+        scenario.warmup.as_secs_f64(),
+        scenario.duration.as_secs_f64(),
+    );
+    for log in logs {
+        if !log.path.exists() {
+            continue;
+        }
+        for (ms, lat_ns, _) in fio::read_lat_log(&log.path)? {
+            let t = log.started.as_secs_f64() + ms as f64 / 1000.0;
+            if t >= warmup && t < end {
+                recorders[log.tenant].record_ns(lat_ns);
+            }
+            let k = t as usize;
+            if k < windows.len() {
+                win_lat[log.tenant][k].0 += lat_ns as f64;
+                win_lat[log.tenant][k].1 += 1;
+                dev_lat[k].0 += lat_ns as f64;
+                dev_lat[k].1 += 1;
+            }
+        }
+    }
+    let mean_ms = |(sum, cnt): (f64, u64)| (cnt > 0).then(|| sum / cnt as f64 / 1e6);
+    for (k, w) in windows.iter_mut().enumerate() {
+        for (i, tw) in w.tenants.iter_mut().enumerate() {
+            tw.mean_latency_ms = mean_ms(win_lat[i][k]);
+        }
+        w.device.mean_latency_ms = mean_ms(dev_lat[k]);
+    }
+    Ok((
+        windows,
+        recorders.iter().map(LatencyRecorder::summary).collect(),
+    ))
+}
+
+/// Each concurrently running process gets its own region of the device.
+fn most_processes(scenario: &Scenario) -> u32 {
+    scenario
+        .tenants
+        .iter()
+        .flat_map(|t| {
+            t.jobs
+                .iter()
+                .map(|j| j.schedule.iter().map(|(_, s)| s.numjobs).max().unwrap_or(0))
+        })
+        .sum::<u32>()
+        .max(1)
+        // A depth change runs old and new processes side by side for a moment.
+        * 2
+}
+
+/// One scheduled change of a job.
+#[derive(Debug, Clone, Copy)]
+struct Change {
+    at: Duration,
+    tenant: usize,
+    job: usize,
+    numjobs: u32,
+    iodepth: u32,
+}
+
+fn changes(scenario: &Scenario) -> Vec<Change> {
+    let mut out: Vec<Change> = scenario
+        .tenants
+        .iter()
+        .enumerate()
+        .flat_map(|(ti, t)| {
+            t.jobs.iter().enumerate().flat_map(move |(ji, j)| {
+                j.schedule.iter().map(move |(at, s)| Change {
+                    at: *at,
+                    tenant: ti,
+                    job: ji,
+                    numjobs: s.numjobs,
+                    iodepth: s.iodepth,
+                })
+            })
+        })
+        .collect();
+    out.sort_by_key(|c| c.at);
+    out
+}
+
+fn job_usage(job: &Job, per_process_ios: f64) -> Usage {
+    let seq = if job.rw.sequential() { 1.0 } else { 0.0 };
+    let dir = |share: f64| DirUsage {
+        ios: per_process_ios * share,
+        bytes: per_process_ios * share * job.bs as f64,
+        seq_ios: per_process_ios * share * seq,
+    };
+    Usage {
+        read: dir(job.read_share),
+        write: dir(1.0 - job.read_share),
+        latency_us: None,
+    }
+}
+
+/// What the tenant asks at the moment: the sum of its processes' rates, or
+/// `None` (unbounded) if any running process is closed-loop.
+fn declared_demand(
+    scenario: &Scenario,
+    tenant: usize,
+    running: &[u32],
+    model: &CostModel,
+) -> Option<Throughput> {
+    let mut u = Usage::default();
+    for (job, &n) in scenario.tenants[tenant].jobs.iter().zip(running) {
+        if n == 0 {
+            continue;
+        }
+        let per_process_ios = match job.rate? {
+            Rate::Iops(x) => x,
+            Rate::BytesPerSec(b) => b / job.bs as f64,
+            Rate::Cost(_) => return None,
+        };
+        let ju = job_usage(job, per_process_ios * n as f64);
+        u.read.ios += ju.read.ios;
+        u.read.bytes += ju.read.bytes;
+        u.read.seq_ios += ju.read.seq_ios;
+        u.write.ios += ju.write.ios;
+        u.write.bytes += ju.write.bytes;
+        u.write.seq_ios += ju.write.seq_ios;
+    }
+    Some(Throughput {
+        iops: u.iops(),
+        bytes_per_s: u.bytes_per_sec(),
+        cost: model.cost_rate(&u),
+    })
+}
+
+/// Share of a tenant's I/Os that are sequential, from its jobs (cgroups do not say).
+fn seq_share(scenario: &Scenario, tenant: usize) -> f64 {
+    let jobs = &scenario.tenants[tenant].jobs;
+    jobs.iter().filter(|j| j.rw.sequential()).count() as f64 / jobs.len().max(1) as f64
+}
+
+fn window_throughput(
+    prev: &Counters,
+    cur: &Counters,
+    secs: f64,
+    seq: f64,
+    model: &CostModel,
+) -> Throughput {
+    match iofloor_core::control::usage_between(prev, cur, Duration::from_secs_f64(secs)) {
+        Some(mut u) => {
+            u.read.seq_ios = u.read.ios * seq;
+            u.write.seq_ios = u.write.ios * seq;
+            Throughput {
+                iops: u.iops(),
+                bytes_per_s: u.bytes_per_sec(),
+                cost: model.cost_rate(&u),
+            }
+        }
+        None => Throughput::default(),
+    }
+}
+
+fn device_sectors(dev: DevId) -> Result<u64> {
+    let name = dev.kernel_name(Path::new("/sys"))?;
+    let p = PathBuf::from(format!("/sys/class/block/{name}/size"));
+    let text = std::fs::read_to_string(&p)
+        .map_err(|e| BenchError::Failed(format!("{}: {e}", p.display())))?;
+    text.trim()
+        .parse()
+        .map_err(|_| BenchError::Failed(format!("{}: not a number", p.display())))
+}
+
+/// Builds an fio job for one process of a scenario job.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn fio_job(
+    job: &Job,
+    name: String,
+    device: &Path,
+    iodepth: u32,
+    runtime_s: f64,
+    work: &Path,
+    offset: u64,
+    size: u64,
+) -> FioJob {
+    let (rate_bytes, rate_iops) = match job.rate {
+        Some(Rate::BytesPerSec(b)) => (Some(b.round().max(1.0) as u64), None),
+        Some(Rate::Iops(i)) => (None, Some(i.round().max(1.0) as u64)),
+        _ => (None, None),
+    };
+    let mixed = matches!(job.rw.as_fio(), "rw" | "randrw");
+    let mut fj = FioJob::new(
+        name.clone(),
+        device,
+        job.rw.as_fio(),
+        job.bs,
+        iodepth,
+        runtime_s,
+        work.join(format!("{name}.json")),
+    );
+    fj.rwmixread = mixed.then(|| (job.read_share * 100.0).round() as u8);
+    fj.rate_bytes = rate_bytes;
+    fj.rate_iops = rate_iops;
+    fj.lat_log = Some(work.join(&name));
+    fj.offset = offset;
+    fj.size = size;
+    fj
+}

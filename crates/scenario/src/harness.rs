@@ -1,0 +1,293 @@
+//! The one harness: a scenario's policies played on a [`Testbed`]. It owns
+//! everything that must not differ between a simulated and a real run: the
+//! `none` reference run every measure compares with, the alone baselines (a
+//! tenant's demand in each window and its p99 with the device to itself), the
+//! run records and the environment they carry.
+
+use crate::format::Scenario;
+use crate::stats::DecisionStats;
+use iofloor_core::policy::PolicyKind;
+use iofloor_core::units::RateUnit;
+use iofloor_core::CostParams;
+use iofloor_report::record::{Environment, LatencySummary, RunRecord, TenantInfo, Window};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+/// What one run on a testbed measured, before the harness adds the baselines.
+#[derive(Debug, Clone, Default)]
+pub struct RawRun {
+    /// One window per second; `demand` is filled only where the testbed
+    /// knows it (rate-limited jobs), the harness fills the rest from the alone runs.
+    pub windows: Vec<Window>,
+    /// Per tenant, after warm-up.
+    pub latency: Vec<LatencySummary>,
+    pub decisions: DecisionStats,
+    pub ios_completed: u64,
+}
+
+/// Facts about the machine a testbed runs on, for the records' environment.
+#[derive(Debug, Clone, Default)]
+pub struct RunEnvironment {
+    pub kernel: Option<String>,
+    pub fio_version: Option<String>,
+    pub qemu_version: Option<String>,
+    /// The simulated device's true cost model.
+    pub device_model: Option<CostParams>,
+}
+
+/// Where a scenario runs: the simulator, or fio on a real device.
+pub trait Testbed: Sync {
+    type Error: std::error::Error + Send;
+
+    /// "simulator" or "device".
+    fn kind(&self) -> &'static str;
+
+    /// The record's `source`: "sim" or "device:/dev/loop0".
+    fn source(&self) -> String;
+
+    /// How many runs may go at once: a device takes one at a time (runs
+    /// would disturb each other); the simulator one per thread.
+    fn parallel_runs(&self) -> usize {
+        1
+    }
+
+    /// The alone baseline of tenant `index`.
+    fn alone_scenario(&self, scenario: &Scenario, index: usize) -> Scenario {
+        scenario.alone(index)
+    }
+
+    /// Relative effort of a run, for the progress fraction.
+    fn planned_effort(&self, scenario: &Scenario) -> f64 {
+        scenario.duration.as_secs_f64()
+    }
+
+    /// Plays `scenario` with `policy` driving the throttles, or with no
+    /// controller at all when `None` (the alone baselines).
+    fn run(
+        &self,
+        scenario: &Scenario,
+        policy: Option<PolicyKind>,
+        label: &str,
+        progress: &(dyn Fn(f64) + Sync),
+    ) -> Result<RawRun, Self::Error>;
+
+    /// Between consecutive runs (a real device lets its queue drain).
+    fn settle(&self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    fn environment(&self, scenario: &Scenario) -> RunEnvironment;
+}
+
+/// A harness failure is the testbed's own error.
+pub type HarnessError<T> = <T as Testbed>::Error;
+
+/// `none` first (the reference for work conservation), then `policies` in
+/// order, each once.
+pub fn policies_with_reference(policies: &[PolicyKind]) -> Vec<PolicyKind> {
+    let mut out = vec![PolicyKind::None];
+    for p in policies {
+        if !out.contains(p) {
+            out.push(*p);
+        }
+    }
+    out
+}
+
+enum Task {
+    Alone(usize, Scenario),
+    Policy(PolicyKind),
+}
+
+/// Runs every tenant alone and every requested policy plus `none`, and
+/// returns one record per policy (`none` first) with demand and the alone
+/// baselines filled in. `progress` gets the fraction done and what runs.
+pub fn run_policies<T: Testbed>(
+    testbed: &T,
+    scenario: &Scenario,
+    policies: &[PolicyKind],
+    progress: &(dyn Fn(f64, &str) + Sync),
+) -> Result<Vec<RunRecord>, HarnessError<T>> {
+    let started = SystemTime::now();
+    let kinds = policies_with_reference(policies);
+    let n = scenario.tenants.len();
+    let mut tasks: Vec<Task> = (0..n)
+        .map(|i| Task::Alone(i, testbed.alone_scenario(scenario, i)))
+        .collect();
+    tasks.extend(kinds.iter().map(|k| Task::Policy(*k)));
+    let labels: Vec<String> = tasks
+        .iter()
+        .map(|t| match t {
+            Task::Alone(i, _) => format!("{} alone", scenario.tenants[*i].spec.name),
+            Task::Policy(k) => k.as_str().to_string(),
+        })
+        .collect();
+    let efforts: Vec<f64> = tasks
+        .iter()
+        .map(|t| match t {
+            Task::Alone(_, sc) => testbed.planned_effort(sc),
+            Task::Policy(_) => testbed.planned_effort(scenario),
+        })
+        .collect();
+    let total_effort: f64 = efforts.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+    let done = Mutex::new(vec![0.0f64; tasks.len()]);
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let outputs: Vec<Mutex<Option<Result<RawRun, T::Error>>>> =
+        tasks.iter().map(|_| Mutex::new(None)).collect();
+    let worker = || loop {
+        if failed.load(Ordering::SeqCst) {
+            break;
+        }
+        let k = next.fetch_add(1, Ordering::SeqCst);
+        if k >= tasks.len() {
+            break;
+        }
+        let report = |f: f64| {
+            let mut d = done.lock().unwrap_or_else(|e| e.into_inner());
+            d[k] = f.clamp(0.0, 1.0) * efforts[k];
+            progress(d.iter().sum::<f64>() / total_effort, &labels[k]);
+        };
+        let out = match &tasks[k] {
+            Task::Alone(_, sc) => testbed.run(sc, None, &labels[k], &report),
+            Task::Policy(kind) => testbed.run(scenario, Some(*kind), &labels[k], &report),
+        };
+        let out = out.and_then(|run| testbed.settle().map(|()| run));
+        if out.is_err() {
+            failed.store(true, Ordering::SeqCst);
+        }
+        *outputs[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
+    };
+    let threads = testbed.parallel_runs().clamp(1, tasks.len().max(1));
+    if threads == 1 {
+        worker();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(worker);
+            }
+        });
+    }
+    // Tasks never started after a failure hold None; the failure is returned.
+    let mut runs = Vec::with_capacity(tasks.len());
+    let mut first_error = None;
+    for slot in outputs {
+        match slot.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(Ok(run)) => runs.push(run),
+            Some(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            None => {}
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let policy_runs = runs.split_off(n);
+    let alone: Vec<(RawRun, bool)> = runs
+        .into_iter()
+        .zip(&tasks)
+        .map(|(run, task)| {
+            let covers = matches!(task, Task::Alone(_, sc) if sc.duration >= scenario.duration);
+            (run, covers)
+        })
+        .collect();
+    let env = environment(testbed, scenario, started);
+    Ok(kinds
+        .iter()
+        .zip(policy_runs)
+        .map(|(kind, run)| assemble(testbed, scenario, kind.as_str(), run, &alone, &env))
+        .collect())
+}
+
+fn environment<T: Testbed>(testbed: &T, scenario: &Scenario, started: SystemTime) -> Environment {
+    let unix = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0)
+    };
+    let machine = testbed.environment(scenario);
+    Environment {
+        iofloor_version: env!("CARGO_PKG_VERSION").to_string(),
+        testbed: testbed.kind().to_string(),
+        started_unix_s: unix(started),
+        finished_unix_s: unix(SystemTime::now()),
+        policy_model: *scenario.policy_model.params(),
+        device_model: machine.device_model,
+        policy_params: scenario.policy.clone(),
+        time_scale: scenario.time_scale,
+        kernel: machine.kernel,
+        fio_version: machine.fio_version,
+        qemu_version: machine.qemu_version,
+    }
+}
+
+/// One policy's record: its run plus, per tenant, the alone p99 and — where
+/// the alone run covered the whole scenario — what it got alone in each
+/// window, which is its demand wherever the testbed did not know it.
+fn assemble<T: Testbed>(
+    testbed: &T,
+    scenario: &Scenario,
+    policy: &str,
+    run: RawRun,
+    alone: &[(RawRun, bool)],
+    env: &Environment,
+) -> RunRecord {
+    let alone_windows = |i: usize| -> &[Window] {
+        match alone.get(i) {
+            Some((a, true)) => &a.windows,
+            _ => &[],
+        }
+    };
+    let tenants = scenario
+        .tenants
+        .iter()
+        .enumerate()
+        .map(|(i, t)| TenantInfo {
+            name: t.spec.name.clone(),
+            class: t.spec.class,
+            noisy: t.noisy,
+            floor: t.spec.floor,
+            unit: t
+                .spec
+                .floor
+                .map(|f| f.unit())
+                .unwrap_or(RateUnit::BytesPerSec),
+            alone_p99_ms: alone
+                .get(i)
+                .and_then(|(a, _)| a.latency.first())
+                .map(|l| l.p99_ms),
+            alone_windows: alone_windows(i)
+                .iter()
+                .map(|w| w.tenants[0].clone())
+                .collect(),
+        })
+        .collect();
+    let mut windows = run.windows;
+    for (k, w) in windows.iter_mut().enumerate() {
+        for (i, tw) in w.tenants.iter_mut().enumerate() {
+            if tw.demand.is_none() {
+                tw.demand = alone_windows(i).get(k).map(|aw| aw.tenants[0].got);
+            }
+        }
+    }
+    RunRecord {
+        schema_version: iofloor_report::record::SCHEMA_VERSION,
+        environment: Some(env.clone()),
+        scenario: scenario.name.clone(),
+        policy: policy.to_string(),
+        source: testbed.source(),
+        window_s: 1.0,
+        warmup_s: scenario.warmup.as_secs_f64(),
+        duration_s: scenario.duration.as_secs_f64(),
+        control_interval_s: scenario.interval.as_secs_f64(),
+        tenants,
+        windows,
+        steps: scenario.steps().iter().map(|d| d.as_secs_f64()).collect(),
+        latency: run.latency,
+        decision_time_us_max: run.decisions.max_us(),
+        decision_time_us_mean: run.decisions.mean_us(),
+        ios_completed: run.ios_completed,
+    }
+}

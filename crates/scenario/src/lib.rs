@@ -1,0 +1,16 @@
+//! iofloor-scenario: what an experiment is and how it is run, independent of
+//! where. It holds the scenario format (TOML: the device, the tenants, their
+//! fio-like jobs and how the load changes; validated with file, line and key
+//! in errors) and the one harness that plays a scenario's policies on a
+//! [`Testbed`]: the `none` reference run, every tenant alone (its demand and
+//! its p99 baseline), the policy runs, and the assembly of the run records the
+//! report measures. The simulator and the real-device runner are two
+//! implementations of [`Testbed`], so their figures compare by construction.
+
+pub mod format;
+pub mod harness;
+pub mod stats;
+
+pub use format::{Scenario, ScenarioError};
+pub use harness::{run_policies, HarnessError, RawRun, RunEnvironment, Testbed};
+pub use stats::{DecisionStats, LatencyRecorder};
