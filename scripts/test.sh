@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Runs every test of iofloor: unit, property, simulator, CLI end to end, and
-# the real-kernel ones (cgroup v1 blk-throttle, the rig, fio). Installs fio and
-# qemu-storage-daemon first if missing.
+# Runs every check of iofloor: formatting, clippy with warnings as errors,
+# then every test — unit, property, simulator, CLI end to end, and the
+# real-kernel ones (cgroup v1 blk-throttle, the rig, fio, a TCG guest, the
+# daemon). Installs what the real tests need first (scripts/deps.sh). A real
+# test whose machine is missing something fails; it never passes silently.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

@@ -159,7 +159,7 @@ impl Session {
             let idx = self
                 .procs
                 .iter()
-                .rposition(|p| mine(p))
+                .rposition(&mine)
                 .expect("a process of the job");
             let p = self.procs.remove(idx);
             self.stop_proc(p);

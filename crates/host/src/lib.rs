@@ -16,6 +16,7 @@ pub mod guest;
 pub mod qmp;
 pub mod qmp_backend;
 pub mod rig;
+pub mod testenv;
 
 pub use backend::CgroupBackend;
 pub use cgroup::{DevId, IoController, Version};

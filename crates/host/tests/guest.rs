@@ -14,28 +14,21 @@ use iofloor_core::{
 use iofloor_host::guest::{Guest, DRIVE};
 use iofloor_host::qmp_backend::{QmpBackend, QmpTarget};
 use iofloor_host::HostError;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 fn real_environment() -> bool {
+    use iofloor_host::testenv::{require, Need};
     let dir = iofloor_host::guest::image_dir();
-    let ok = Command::new("qemu-system-x86_64")
-        .arg("--version")
-        .output()
-        .is_ok()
-        && dir.join("vmlinuz").is_file()
-        && dir.join("initramfs.gz").is_file();
-    if !ok && std::env::var_os("CI").is_some() {
-        panic!("guest test cannot run under CI: needs qemu-system-x86_64 and a guest image (scripts/deps.sh)");
-    }
-    if !ok {
-        eprintln!(
-            "skipped: needs qemu-system-x86_64 and {} (scripts/guest-image.sh)",
-            dir.display()
-        );
-    }
-    ok
+    let test = std::thread::current().name().unwrap_or("guest").to_string();
+    require(
+        &test,
+        &[
+            Need::Program("qemu-system-x86_64"),
+            Need::File(dir.join("vmlinuz")),
+            Need::File(dir.join("initramfs.gz")),
+        ],
+    )
 }
 
 /// The guest's read IOPS over `secs`, from the backend's counters.
@@ -95,7 +88,7 @@ fn a_real_guest_is_measured_throttled_and_paused_through_qmp() {
         "the limit acts within one interval: {first_interval:.0} IOPS"
     );
     assert!(
-        capped <= 200.0 * 1.1 && capped >= 200.0 * 0.5,
+        (200.0 * 0.5..=200.0 * 1.1).contains(&capped),
         "guest held near 200 IOPS: {capped:.0}"
     );
 

@@ -13,24 +13,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn real_environment() -> bool {
-    let ok = Command::new("qemu-storage-daemon")
-        .arg("--version")
-        .output()
-        .is_ok()
-        && Command::new("fio").arg("--version").output().is_ok()
-        && std::fs::read_to_string("/proc/self/status")
-            .map(|s| {
-                s.lines()
-                    .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-            })
-            .unwrap_or(false);
-    if !ok && std::env::var_os("CI").is_some() {
-        panic!("QMP test cannot run under CI: needs root, fio and qemu-storage-daemon");
-    }
-    if !ok {
-        eprintln!("skipped: needs root, fio and qemu-storage-daemon");
-    }
-    ok
+    let test = std::thread::current().name().unwrap_or("qmp").to_string();
+    iofloor_host::testenv::require(&test, &iofloor_host::testenv::real_kernel())
 }
 
 fn fio(dev: &Path, out: &Path, secs: f64) -> f64 {

@@ -8,35 +8,17 @@ use iofloor_core::Caps;
 use iofloor_host::cgroup::{self, controller, DevId, Version};
 use iofloor_host::fio::{read_output, FioJob};
 use iofloor_host::rig::{Rig, RigSpec};
+use iofloor_host::testenv::{self, Need};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const BLKIO: &str = "/sys/fs/cgroup/blkio";
+use testenv::BLKIO;
 
-fn real_environment(needs: &[&str]) -> bool {
-    let mut missing = Vec::new();
-    if !rustix::process::geteuid().is_root() {
-        missing.push("root".to_string());
-    }
-    if !Path::new(BLKIO).join("blkio.throttle.io_serviced").exists() {
-        missing.push(format!("cgroup v1 blkio at {BLKIO}"));
-    }
-    for program in needs {
-        if Command::new(program).arg("--version").output().is_err() {
-            missing.push(program.to_string());
-        }
-    }
-    if missing.is_empty() {
-        return true;
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!(
-            "real-kernel test cannot run under CI: missing {}",
-            missing.join(", ")
-        );
-    }
-    eprintln!("skipped: missing {}", missing.join(", "));
-    false
+fn real_environment(programs: &[&'static str]) -> bool {
+    let mut needs = vec![Need::Root, Need::CgroupV1Blkio];
+    needs.extend(programs.iter().map(|p| Need::Program(p)));
+    let test = std::thread::current().name().unwrap_or("real").to_string();
+    testenv::require(&test, &needs)
 }
 
 /// A loop device over a file on tmpfs, detached on drop.

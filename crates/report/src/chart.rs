@@ -89,9 +89,9 @@ pub fn stacked_throughput(run: &RunRecord) -> ChartResult {
     let mut top = 0.0f64;
     for w in &run.windows {
         let mut acc = 0.0;
-        for i in 0..n {
-            acc += w.tenants[i].got.in_unit(unit) * scale;
-            stacks[i].push((w.t, acc));
+        for (stack, tw) in stacks.iter_mut().zip(&w.tenants) {
+            acc += tw.got.in_unit(unit) * scale;
+            stack.push((w.t, acc));
         }
         top = top.max(acc);
     }
@@ -195,7 +195,7 @@ pub fn per_tenant_vs_floor(run: &RunRecord) -> ChartResult {
                         [(0.0, y), (run.duration_s, y)],
                         6,
                         4,
-                        colour.stroke_width(1).into(),
+                        colour.stroke_width(1),
                     ))
                     .map_err(err)?;
             }

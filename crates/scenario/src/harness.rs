@@ -95,8 +95,11 @@ pub fn policies_with_reference(policies: &[PolicyKind]) -> Vec<PolicyKind> {
     out
 }
 
+/// A task's outcome, empty until it has run.
+type Slot<E> = Mutex<Option<Result<RawRun, E>>>;
+
 enum Task {
-    Alone(usize, Scenario),
+    Alone(usize, Box<Scenario>),
     Policy(PolicyKind),
 }
 
@@ -113,7 +116,7 @@ pub fn run_policies<T: Testbed>(
     let kinds = policies_with_reference(policies);
     let n = scenario.tenants.len();
     let mut tasks: Vec<Task> = (0..n)
-        .map(|i| Task::Alone(i, testbed.alone_scenario(scenario, i)))
+        .map(|i| Task::Alone(i, Box::new(testbed.alone_scenario(scenario, i))))
         .collect();
     tasks.extend(kinds.iter().map(|k| Task::Policy(*k)));
     let labels: Vec<String> = tasks
@@ -134,8 +137,7 @@ pub fn run_policies<T: Testbed>(
     let done = Mutex::new(vec![0.0f64; tasks.len()]);
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
-    let outputs: Vec<Mutex<Option<Result<RawRun, T::Error>>>> =
-        tasks.iter().map(|_| Mutex::new(None)).collect();
+    let outputs: Vec<Slot<T::Error>> = tasks.iter().map(|_| Mutex::new(None)).collect();
     let worker = || loop {
         if failed.load(Ordering::SeqCst) {
             break;

@@ -2,47 +2,17 @@
 //! and a rig of known capacity that is removed when dropped.
 #![allow(dead_code)]
 
-use std::path::Path;
 use std::process::Command;
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_iofloor")
 }
 
+/// Root, cgroup v1 blkio, fio and qemu-storage-daemon, or the test fails
+/// (see `iofloor_host::testenv`).
 pub fn real_environment() -> bool {
-    let mut missing = Vec::new();
-    if !rustix_root() {
-        missing.push("root");
-    }
-    if !Path::new("/sys/fs/cgroup/blkio/blkio.throttle.io_serviced").exists() {
-        missing.push("cgroup v1 blkio");
-    }
-    for p in ["fio", "qemu-storage-daemon"] {
-        if Command::new(p).arg("--version").output().is_err() {
-            missing.push(p);
-        }
-    }
-    if missing.is_empty() {
-        return true;
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!(
-            "real-device test cannot run under CI: missing {}",
-            missing.join(", ")
-        );
-    }
-    eprintln!("skipped: missing {}", missing.join(", "));
-    false
-}
-
-pub fn rustix_root() -> bool {
-    // SAFETY-free check through /proc: uid 0.
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
+    let test = std::thread::current().name().unwrap_or("a real-device test").to_string();
+    iofloor_host::testenv::require(&test, &iofloor_host::testenv::real_kernel())
 }
 
 /// A rig for one test, removed on drop.

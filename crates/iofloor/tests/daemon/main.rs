@@ -885,12 +885,11 @@ fn a_real_guest_and_a_container_share_a_device_under_the_daemon() {
         return;
     }
     let image = iofloor_host::guest::image_dir();
-    if !image.join("vmlinuz").is_file() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI needs the guest image (scripts/deps.sh)"
-        );
-        eprintln!("skipped: no guest image in {}", image.display());
+    let guest_needs = [
+        iofloor_host::testenv::Need::Program("qemu-system-x86_64"),
+        iofloor_host::testenv::Need::File(image.join("vmlinuz")),
+    ];
+    if !iofloor_host::testenv::require("a_real_guest", &guest_needs) {
         return;
     }
     let rig = TestRig::up(1500);
