@@ -59,7 +59,10 @@ pub fn require(test: &str, needs: &[Need]) -> bool {
     let opted_out = std::env::var_os("IOFLOOR_SKIP_REAL_TESTS").is_some_and(|v| v == "1");
     let under_ci = std::env::var_os("CI").is_some();
     if opted_out && !under_ci {
-        eprintln!("SKIPPED {test}: missing {} (IOFLOOR_SKIP_REAL_TESTS=1)", missing.join(", "));
+        eprintln!(
+            "SKIPPED {test}: missing {} (IOFLOOR_SKIP_REAL_TESTS=1)",
+            missing.join(", ")
+        );
         return false;
     }
     panic!(

@@ -8,7 +8,7 @@
 
 use iofloor_core::cost::{CostModel, CostParams};
 use iofloor_core::units::Rate;
-use iofloor_core::{PolicyParams, TenantClass, TenantSpec};
+use iofloor_core::{PolicyParams, TenantClass, TenantSpec, ValidationError};
 use serde::Deserialize;
 use std::path::Path;
 use std::time::Duration;
@@ -24,8 +24,14 @@ pub enum ScenarioError {
     /// The message from the TOML parser carries line, column and the field.
     #[error("{path}: {message}")]
     Parse { path: String, message: String },
-    #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
+    /// A value that parses but makes no sense; `line` is where its key is
+    /// written (or the nearest table that holds it, for a missing one).
+    #[error("{path}{}: {source}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Invalid {
+        path: String,
+        line: Option<usize>,
+        source: ValidationError,
+    },
 }
 
 /// The longest scenario: four hours, well inside what the simulator's event
@@ -315,9 +321,10 @@ impl Scenario {
             path: origin.to_string(),
             message: e.to_string().trim_end().to_string(),
         })?;
-        file.validate().map_err(|message| ScenarioError::Invalid {
+        file.validate().map_err(|source| ScenarioError::Invalid {
             path: origin.to_string(),
-            message,
+            line: crate::locate::line_of(text, &source.key),
+            source,
         })
     }
 
@@ -402,168 +409,207 @@ impl Scenario {
     }
 }
 
-fn positive(field: &str, v: f64) -> Result<(), String> {
+type Checked<T> = Result<T, ValidationError>;
+
+fn bad<T>(key: &str, message: impl Into<String>) -> Checked<T> {
+    Err(ValidationError::new(key, message))
+}
+
+fn positive(key: &str, v: f64) -> Checked<()> {
     if v.is_finite() && v > 0.0 {
         Ok(())
     } else {
-        Err(format!("`{field}` must be a positive number, got {v}"))
+        bad(key, format!("must be a positive number, got {v}"))
+    }
+}
+
+/// The times of a scenario: duration, warm-up and control interval.
+fn checked_times(file: &ScenarioFile) -> Checked<(Duration, Duration, Duration)> {
+    let duration = file.duration.0;
+    if duration < Duration::from_secs(1) || duration > MAX_DURATION {
+        return bad(
+            "duration",
+            format!("must be between 1s and 4h, got {duration:?}"),
+        );
+    }
+    let warmup = file
+        .warmup
+        .map(|w| w.0)
+        .unwrap_or(Duration::from_secs(10).min(duration / 10));
+    if warmup >= duration {
+        return bad("warmup", "must be shorter than `duration`");
+    }
+    let interval = file.interval.map(|i| i.0).unwrap_or(Duration::from_secs(1));
+    if interval < Duration::from_millis(100) || interval > Duration::from_secs(60) {
+        return bad(
+            "interval",
+            format!("must be between 100ms and 60s, got {interval:?}"),
+        );
+    }
+    Ok((duration, warmup, interval))
+}
+
+/// A cost model written out in the file (the device's, or the one the policies get).
+fn checked_cost_model(
+    rbps: f64,
+    rseqiops: f64,
+    rrandiops: f64,
+    wbps: f64,
+    wseqiops: f64,
+    wrandiops: f64,
+) -> Checked<CostModel> {
+    for (key, v) in [
+        ("rseqiops", rseqiops),
+        ("rrandiops", rrandiops),
+        ("wseqiops", wseqiops),
+        ("wrandiops", wrandiops),
+    ] {
+        positive(key, v)?;
+    }
+    CostModel::new(CostParams {
+        rbps,
+        rseqiops,
+        rrandiops,
+        wbps,
+        wseqiops,
+        wrandiops,
+    })
+    .map_err(|e| {
+        ValidationError::new(
+            e.field,
+            format!("must be a positive number, got {}", e.value),
+        )
+    })
+}
+
+/// The device and the model the policies are given.
+fn checked_device(d: &DeviceFile) -> Checked<(Device, CostModel)> {
+    if d.parallelism == 0 || d.parallelism > 65536 {
+        return bad(
+            "parallelism",
+            format!("must be between 1 and 65536, got {}", d.parallelism),
+        );
+    }
+    if !(0.0..1.0).contains(&d.jitter) {
+        return bad("jitter", format!("must be in [0, 1), got {}", d.jitter));
+    }
+    let cost = checked_cost_model(
+        d.rbps.0,
+        d.rseqiops,
+        d.rrandiops,
+        d.wbps.0,
+        d.wseqiops,
+        d.wrandiops,
+    )?;
+    let policy_model = match &d.model {
+        Some(m) => checked_cost_model(
+            m.rbps.0,
+            m.rseqiops,
+            m.rrandiops,
+            m.wbps.0,
+            m.wseqiops,
+            m.wrandiops,
+        )
+        .map_err(|e| e.under("model"))?,
+        None => cost,
+    };
+    let write_cliff = match &d.write_cliff {
+        Some(c) if !(c.factor >= 1.0 && c.factor.is_finite()) => {
+            return bad(
+                "write_cliff.factor",
+                format!("must be at least 1, got {}", c.factor),
+            );
+        }
+        Some(c) => Some((c.after.0, c.factor)),
+        None => None,
+    };
+    let device = Device {
+        parallelism: d.parallelism,
+        cost,
+        jitter: d.jitter,
+        write_cliff,
+    };
+    Ok((device, policy_model))
+}
+
+impl TenantFile {
+    fn validate(self, duration: Duration) -> Checked<Tenant> {
+        if self.name.trim().is_empty() {
+            return bad("name", "must not be empty");
+        }
+        iofloor_core::model::check_promise(
+            self.floor.map(|f| f.0),
+            self.ceiling.map(|c| c.0),
+            self.weight,
+        )?;
+        if self.jobs.is_empty() {
+            return bad(
+                "job",
+                format!("tenant `{}` needs at least one [[tenant.job]]", self.name),
+            );
+        }
+        let vm_path = match (&self.vm_path, self.class) {
+            (Some(p), _) if p.threads == 0 => return bad("vm_path.threads", "must be at least 1"),
+            (Some(p), _) => Some(VmPath {
+                overhead: p.overhead.0,
+                threads: p.threads,
+            }),
+            // Seed 000: a VM's I/O path adds about 16 µs.
+            (None, TenantClass::Vm) => Some(VmPath {
+                overhead: Duration::from_micros(16),
+                threads: 4,
+            }),
+            (None, TenantClass::Container) => None,
+        };
+        let jobs = self
+            .jobs
+            .into_iter()
+            .enumerate()
+            .map(|(ji, j)| {
+                j.validate(duration)
+                    .map_err(|e| e.under(&format!("job[{ji}]")))
+            })
+            .collect::<Checked<Vec<Job>>>()?;
+        let spec = TenantSpec {
+            name: self.name,
+            class: self.class,
+            floor: self.floor.map(|f| f.0),
+            ceiling: self.ceiling.map(|c| c.0),
+            weight: self.weight.unwrap_or(iofloor_core::model::DEFAULT_WEIGHT),
+            latency_sensitive: self.latency_sensitive,
+        };
+        Ok(Tenant {
+            spec,
+            noisy: self.noisy,
+            vm_path,
+            jobs,
+        })
     }
 }
 
 impl ScenarioFile {
-    fn validate(self) -> Result<Scenario, String> {
+    fn validate(self) -> Checked<Scenario> {
         if self.name.trim().is_empty() {
-            return Err("`name` must not be empty".into());
+            return bad("name", "must not be empty");
         }
-        let duration = self.duration.0;
-        if duration < Duration::from_secs(1) || duration > MAX_DURATION {
-            return Err(format!(
-                "`duration` must be between 1s and 4h, got {duration:?}"
-            ));
-        }
-        let warmup = self
-            .warmup
-            .map(|w| w.0)
-            .unwrap_or(Duration::from_secs(10).min(duration / 10));
-        if warmup >= duration {
-            return Err("`warmup` must be shorter than `duration`".into());
-        }
-        let interval = self.interval.map(|i| i.0).unwrap_or(Duration::from_secs(1));
-        if interval < Duration::from_millis(100) || interval > Duration::from_secs(60) {
-            return Err(format!(
-                "`interval` must be between 100ms and 60s, got {interval:?}"
-            ));
-        }
-        self.policy.validate().map_err(|e| e.to_string())?;
-
-        let d = &self.device;
-        if d.parallelism == 0 || d.parallelism > 65536 {
-            return Err(format!(
-                "`device.parallelism` must be between 1 and 65536, got {}",
-                d.parallelism
-            ));
-        }
-        if !(0.0..1.0).contains(&d.jitter) {
-            return Err(format!(
-                "`device.jitter` must be in [0, 1), got {}",
-                d.jitter
-            ));
-        }
-        let cost_of = |rbps: f64, rs: f64, rr: f64, wbps: f64, ws: f64, wr: f64, prefix: &str| {
-            for (f, v) in [
-                ("rseqiops", rs),
-                ("rrandiops", rr),
-                ("wseqiops", ws),
-                ("wrandiops", wr),
-            ] {
-                positive(&format!("{prefix}.{f}"), v)?;
-            }
-            CostModel::new(CostParams {
-                rbps,
-                rseqiops: rs,
-                rrandiops: rr,
-                wbps,
-                wseqiops: ws,
-                wrandiops: wr,
-            })
-            .map_err(|e| format!("`{prefix}`: {e}"))
-        };
-        let cost = cost_of(
-            d.rbps.0,
-            d.rseqiops,
-            d.rrandiops,
-            d.wbps.0,
-            d.wseqiops,
-            d.wrandiops,
-            "device",
-        )?;
-        let policy_model = match &d.model {
-            Some(m) => cost_of(
-                m.rbps.0,
-                m.rseqiops,
-                m.rrandiops,
-                m.wbps.0,
-                m.wseqiops,
-                m.wrandiops,
-                "device.model",
-            )?,
-            None => cost,
-        };
-        let write_cliff = match &d.write_cliff {
-            Some(c) => {
-                if !(c.factor >= 1.0 && c.factor.is_finite()) {
-                    return Err(format!(
-                        "`device.write_cliff.factor` must be at least 1, got {}",
-                        c.factor
-                    ));
-                }
-                Some((c.after.0, c.factor))
-            }
-            None => None,
-        };
-        let device = Device {
-            parallelism: d.parallelism,
-            cost,
-            jitter: d.jitter,
-            write_cliff,
-        };
-
+        let (duration, warmup, interval) = checked_times(&self)?;
+        self.policy.validate()?;
+        let (device, policy_model) = checked_device(&self.device).map_err(|e| e.under("device"))?;
         if self.tenants.is_empty() {
-            return Err("a scenario needs at least one [[tenant]]".into());
+            return bad("tenant", "a scenario needs at least one [[tenant]]");
         }
         let mut names = std::collections::HashSet::new();
         let mut tenants = Vec::new();
         for (ti, t) in self.tenants.into_iter().enumerate() {
-            let at = format!("tenant[{ti}] `{}`", t.name);
-            if t.name.trim().is_empty() {
-                return Err(format!("tenant[{ti}]: `name` must not be empty"));
-            }
+            let at = format!("tenant[{ti}]");
             if !names.insert(t.name.clone()) {
-                return Err(format!("{at}: tenant name used twice"));
+                return Err(ValidationError::new(
+                    "name",
+                    format!("`{}` used by two tenants", t.name),
+                )
+                .under(&at));
             }
-            iofloor_core::model::check_promise(
-                t.floor.map(|f| f.0),
-                t.ceiling.map(|c| c.0),
-                t.weight,
-            )
-            .map_err(|m| format!("{at}: {m}"))?;
-            if t.jobs.is_empty() {
-                return Err(format!("{at}: needs at least one [[tenant.job]]"));
-            }
-            let vm_path = match (&t.vm_path, t.class) {
-                (Some(p), _) => {
-                    if p.threads == 0 {
-                        return Err(format!("{at}: `vm_path.threads` must be at least 1"));
-                    }
-                    Some(VmPath {
-                        overhead: p.overhead.0,
-                        threads: p.threads,
-                    })
-                }
-                (None, TenantClass::Vm) => Some(VmPath {
-                    overhead: Duration::from_micros(16),
-                    threads: 4,
-                }),
-                (None, TenantClass::Container) => None,
-            };
-            let mut jobs = Vec::new();
-            for (ji, j) in t.jobs.into_iter().enumerate() {
-                jobs.push(j.validate(&format!("{at} job[{ji}]"), duration)?);
-            }
-            let spec = TenantSpec {
-                name: t.name,
-                class: t.class,
-                floor: t.floor.map(|f| f.0),
-                ceiling: t.ceiling.map(|c| c.0),
-                weight: t.weight.unwrap_or(iofloor_core::model::DEFAULT_WEIGHT),
-                latency_sensitive: t.latency_sensitive,
-            };
-            tenants.push(Tenant {
-                spec,
-                noisy: t.noisy,
-                vm_path,
-                jobs,
-            });
+            tenants.push(t.validate(duration).map_err(|e| e.under(&at))?);
         }
         Ok(Scenario {
             name: self.name,
@@ -582,36 +628,34 @@ impl ScenarioFile {
 }
 
 impl JobFile {
-    fn validate(self, at: &str, duration: Duration) -> Result<Job, String> {
+    fn validate(self, duration: Duration) -> Checked<Job> {
         if self.iodepth == 0 || self.iodepth > 4096 {
-            return Err(format!(
-                "{at}: `iodepth` must be between 1 and 4096, got {}",
-                self.iodepth
-            ));
+            return bad(
+                "iodepth",
+                format!("must be between 1 and 4096, got {}", self.iodepth),
+            );
         }
         if self.numjobs > 1024 {
-            return Err(format!(
-                "{at}: `numjobs` must be at most 1024, got {}",
-                self.numjobs
-            ));
+            return bad(
+                "numjobs",
+                format!("must be at most 1024, got {}", self.numjobs),
+            );
         }
         if self.bs.0 > 64 << 20 {
-            return Err(format!("{at}: `bs` must be at most 64MiB"));
+            return bad("bs", "must be at most 64MiB");
         }
         if let Some(m) = self.rwmixread {
             if m > 100 {
-                return Err(format!("{at}: `rwmixread` must be 0..100, got {m}"));
+                return bad("rwmixread", format!("must be 0..100, got {m}"));
             }
         }
         if let Some(RateQ(Rate::Cost(_))) = self.rate {
-            return Err(format!(
-                "{at}: `rate` must be in bytes/s or IOPS, as in fio"
-            ));
+            return bad("rate", "must be in bytes/s or IOPS, as in fio");
         }
         let start = self.start.map(|s| s.0).unwrap_or_default();
         let stop = self.stop.map(|s| s.0).unwrap_or(duration);
         if stop <= start {
-            return Err(format!("{at}: `stop` must be after `start`"));
+            return bad("stop", "must be after `start`");
         }
         let mut state = JobState {
             numjobs: self.numjobs,
@@ -620,12 +664,13 @@ impl JobFile {
         let mut changes: Vec<(Duration, Option<u32>, Option<u32>)> = Vec::new();
         if let Some(r) = &self.ramp {
             if r.every.0.is_zero() {
-                return Err(format!("{at}: `ramp.every` must be positive"));
+                return bad("ramp.every", "must be positive");
             }
             if r.max < self.numjobs || r.add == 0 {
-                return Err(format!(
-                    "{at}: `ramp.max` must be at least `numjobs` and `ramp.add` positive"
-                ));
+                return bad(
+                    "ramp.max",
+                    "must be at least `numjobs`, and `ramp.add` positive",
+                );
             }
             let mut n = self.numjobs;
             let mut t = start + r.every.0;
@@ -637,13 +682,14 @@ impl JobFile {
         }
         for (pi, p) in self.phases.iter().enumerate() {
             if p.numjobs.is_none() && p.iodepth.is_none() {
-                return Err(format!("{at} phase[{pi}]: set `numjobs` or `iodepth`"));
+                return bad(&format!("phase[{pi}]"), "set `numjobs` or `iodepth`");
             }
             if let Some(d) = p.iodepth {
                 if d == 0 || d > 4096 {
-                    return Err(format!(
-                        "{at} phase[{pi}]: `iodepth` must be between 1 and 4096"
-                    ));
+                    return bad(
+                        &format!("phase[{pi}].iodepth"),
+                        format!("must be between 1 and 4096, got {d}"),
+                    );
                 }
             }
             changes.push((start + p.at.0, p.numjobs, p.iodepth));
@@ -747,6 +793,20 @@ ramp = { every = "10s", max = 4 }
         assert!(e.contains("unknown field `warp`"), "{e}");
         let e = err_of(&BASE.replace("duration = \"60s\"\n", ""));
         assert!(e.contains("missing field `duration`"), "{e}");
+        let e = err_of(&BASE.replace("numjobs = 1", "numjobs = 1\niodepth = 0"));
+        assert!(
+            e.starts_with("bad.toml:19: `tenant[0].job[0].iodepth` must be between 1 and 4096"),
+            "{e}"
+        );
+        let e = err_of(&BASE.replace("[[tenant]]", "[[tenant]]\nweight = 0.0"));
+        assert!(e.starts_with("bad.toml:13: `tenant[0].weight`"), "{e}");
+        let e = err_of(&format!(
+            "{BASE}[[tenant]]\nname = \"a\"\n[[tenant.job]]\nrw = \"read\"\nbs = \"4k\"\n"
+        ));
+        assert!(
+            e.contains("`tenant[1].name` `a` used by two tenants"),
+            "{e}"
+        );
         let e = err_of(&BASE.replace("wrandiops = 2000", "wrandiops = -5"));
         assert!(e.contains("device.wrandiops"), "{e}");
         let e = err_of(&BASE.replace("[policy]", "").replace(

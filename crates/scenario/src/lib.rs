@@ -9,6 +9,7 @@
 
 pub mod format;
 pub mod harness;
+mod locate;
 pub mod stats;
 
 pub use format::{Scenario, ScenarioError};
