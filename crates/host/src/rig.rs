@@ -119,14 +119,62 @@ fn run(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// Whether `path` is a mount point now. /proc/mounts lists resolved
+/// absolute paths with blanks and backslashes escaped as octal, so `path` is
+/// resolved and the entries unescaped before comparing: otherwise a relative
+/// path never matches (the demo's default `results/demo` did not), and a path
+/// with a space would not either.
 fn is_mounted(path: &Path) -> bool {
-    let target = path.to_string_lossy();
+    let Some(target) = resolved(path) else {
+        return false;
+    };
     std::fs::read_to_string("/proc/mounts")
         .map(|m| {
             m.lines()
-                .any(|l| l.split_whitespace().nth(1) == Some(target.as_ref()))
+                .filter_map(|l| l.split_whitespace().nth(1))
+                .any(|p| Path::new(&unescape_mount_path(p)) == target)
         })
         .unwrap_or(false)
+}
+
+/// `path` as the kernel shows a mount point: absolute, with `..` and
+/// symlinks of its directory resolved. Only the directory is resolved, never
+/// the mount point itself, which may be a dead FUSE mount.
+fn resolved(path: &Path) -> Option<PathBuf> {
+    let abs = std::path::absolute(path).ok()?;
+    match (abs.parent(), abs.file_name()) {
+        (Some(dir), Some(name)) => Some(std::fs::canonicalize(dir).ok()?.join(name)),
+        _ => Some(abs),
+    }
+}
+
+/// Undoes the kernel's octal escapes in /proc/mounts (`\040` space,
+/// `\011` tab, `\012` newline, `\134` backslash).
+fn unescape_mount_path(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match (bytes[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A path as a QEMU option value: a comma would end the value, so it is doubled.
+fn qemu_value(path: &Path) -> String {
+    path.display().to_string().replace(',', ",,")
 }
 
 fn process_alive(pid: u32) -> bool {
@@ -162,6 +210,8 @@ impl Rig {
                 "/dev/fuse is missing: FUSE is needed for the rig".into(),
             ));
         }
+        let state_root =
+            &std::path::absolute(state_root).map_err(|e| HostError::io(state_root, e))?;
         std::fs::create_dir_all(state_root).map_err(|e| HostError::io(state_root, e))?;
         let dir = tempfile_dir(state_root)?;
         let rig = Rig {
@@ -197,6 +247,8 @@ impl Rig {
     pub fn up_vm_path(device: &Path, state_root: &Path) -> Result<Rig> {
         which("qemu-storage-daemon")?;
         which("losetup")?;
+        let state_root =
+            &std::path::absolute(state_root).map_err(|e| HostError::io(state_root, e))?;
         std::fs::create_dir_all(state_root).map_err(|e| HostError::io(state_root, e))?;
         let dir = tempfile_dir(state_root)?;
         let rig = Rig {
@@ -221,7 +273,7 @@ impl Rig {
         let file_node = match &self.over_device {
             Some(dev) => format!(
                 "driver=host_device,node-name=f0,filename={},cache.direct=on,aio=native",
-                dev.display()
+                qemu_value(dev)
             ),
             None => {
                 let backing = std::fs::File::create(&self.backing)
@@ -231,7 +283,7 @@ impl Rig {
                     .map_err(|e| HostError::io(&self.backing, e))?;
                 format!(
                     "driver=file,node-name=f0,filename={},aio=threads",
-                    self.backing.display()
+                    qemu_value(&self.backing)
                 )
             }
         };
@@ -257,12 +309,12 @@ impl Rig {
             .arg("--export")
             .arg(format!(
                 "type=fuse,id=e0,node-name=t0,mountpoint={},writable=on",
-                self.mountpoint.display()
+                qemu_value(&self.mountpoint)
             ))
             .arg("--chardev")
             .arg(format!(
                 "socket,path={},server=on,wait=off,id=c0",
-                self.socket.display()
+                qemu_value(&self.socket)
             ))
             .arg("--monitor")
             .arg("chardev=c0")
@@ -421,4 +473,33 @@ fn tempfile_dir(root: &Path) -> Result<PathBuf> {
         "{}: no free rig directory name",
         root.display()
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_paths_are_unescaped_as_the_kernel_escapes_them() {
+        assert_eq!(
+            unescape_mount_path(r"/run/a\040b/device.img"),
+            "/run/a b/device.img"
+        );
+        assert_eq!(unescape_mount_path(r"/x\134y\011z"), "/x\\y\tz");
+        assert_eq!(unescape_mount_path(r"/plain\9"), r"/plain\9");
+    }
+
+    #[test]
+    fn a_relative_path_is_compared_as_absolute() {
+        assert!(is_mounted(Path::new("/proc")));
+        // The same mount point written relative to the working directory.
+        let depth = std::env::current_dir().unwrap().components().count() - 1;
+        let relative = format!("{}proc", "../".repeat(depth));
+        assert!(is_mounted(Path::new(&relative)), "{relative}");
+    }
+
+    #[test]
+    fn commas_in_paths_survive_qemu_options() {
+        assert_eq!(qemu_value(Path::new("/tmp/a,b/x.img")), "/tmp/a,,b/x.img");
+    }
 }

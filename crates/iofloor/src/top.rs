@@ -214,7 +214,7 @@ fn print_once(status: &Status, tenants: &[TenantView]) {
 
 pub fn run(url: &str, sort_arg: &str, once: bool) -> anyhow::Result<()> {
     let mut by = SortBy::parse(sort_arg).ok_or_else(|| {
-        crate::bad(format!(
+        crate::common::bad(format!(
             "--sort: `{sort_arg}` is not one of usage, cost, floor, name"
         ))
     })?;

@@ -1,0 +1,103 @@
+//! `rig up|down|list`: a block device of known capacity for tests and demos.
+
+use crate::common::{bad, parse_size_arg};
+use clap::Subcommand;
+use iofloor_host::rig::{Rig, RigSpec, DEFAULT_STATE_ROOT};
+use std::path::{Path, PathBuf};
+
+#[derive(Subcommand)]
+pub enum RigAction {
+    /// Create a rig; prints its block device as the last line.
+    Up {
+        /// I/Os per second the device serves.
+        #[arg(long)]
+        iops: u64,
+        /// Bytes per second (e.g. 200MiB/s), if limited too.
+        #[arg(long)]
+        bps: Option<String>,
+        /// Count an I/O of n times this size as n I/Os (e.g. 4k).
+        #[arg(long)]
+        size_unit: Option<String>,
+        /// Device size.
+        #[arg(long, default_value = "1GiB")]
+        size: String,
+        /// Where rigs are recorded; an absolute path, so `rig down` finds them from anywhere.
+        #[arg(long, default_value = DEFAULT_STATE_ROOT)]
+        state_dir: PathBuf,
+    },
+    /// Remove every rig (also after a crash).
+    Down {
+        #[arg(long, default_value = DEFAULT_STATE_ROOT)]
+        state_dir: PathBuf,
+    },
+    /// List the rigs.
+    List {
+        #[arg(long, default_value = DEFAULT_STATE_ROOT)]
+        state_dir: PathBuf,
+    },
+}
+
+/// The state directory is how a later `rig down` finds what `rig up` made;
+/// relative to the working directory it would be found only from there.
+fn state_root(dir: &Path) -> anyhow::Result<&Path> {
+    if dir.is_absolute() {
+        Ok(dir)
+    } else {
+        Err(bad(format!(
+            "--state-dir {}: must be an absolute path (rig down has to find it from any directory)",
+            dir.display()
+        )))
+    }
+}
+
+fn parse_bps(bps: Option<&str>) -> anyhow::Result<Option<u64>> {
+    let Some(text) = bps else { return Ok(None) };
+    match iofloor_core::Rate::parse(text).map_err(|e| bad(format!("--bps: {e}")))? {
+        iofloor_core::Rate::BytesPerSec(b) => Ok(Some(b.round() as u64)),
+        other => Err(bad(format!("--bps: `{text}` is {other}, not a bandwidth"))),
+    }
+}
+
+pub fn rig(action: RigAction) -> anyhow::Result<()> {
+    match action {
+        RigAction::Up {
+            iops,
+            bps,
+            size_unit,
+            size,
+            state_dir,
+        } => {
+            let root = state_root(&state_dir)?;
+            let spec = RigSpec {
+                iops,
+                bps: parse_bps(bps.as_deref())?,
+                size_unit: size_unit
+                    .as_deref()
+                    .map(|s| parse_size_arg("--size-unit", s))
+                    .transpose()?,
+                size: parse_size_arg("--size", &size)?,
+            };
+            spec.validate().map_err(|e| bad(e.to_string()))?;
+            let rig = Rig::up(spec, root)?;
+            eprintln!("rig in {} ({} IOPS)", rig.dir.display(), spec.iops);
+            println!(
+                "{}",
+                rig.device.expect("a started rig has a device").display()
+            );
+        }
+        RigAction::Down { state_dir } => {
+            let n = Rig::down_all(state_root(&state_dir)?)?;
+            eprintln!("removed {n} rig(s)");
+        }
+        RigAction::List { state_dir } => {
+            for r in Rig::list(state_root(&state_dir)?)? {
+                let device = r
+                    .device
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_else(|| "(starting)".into());
+                println!("{device}\t{} IOPS\t{}", r.spec.iops, r.dir.display());
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,53 @@
+//! `run` (the service) and `top` (watching it).
+
+use crate::common::bad;
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The config file (docs/config.md).
+    #[arg(long)]
+    config: PathBuf,
+    /// Only check the config and exit.
+    #[arg(long)]
+    check: bool,
+}
+
+#[derive(Args)]
+pub struct TopArgs {
+    /// The daemon's API.
+    #[arg(long, default_value = "http://127.0.0.1:9180")]
+    pub url: String,
+    /// Sort by: usage, cost, floor, name.
+    #[arg(long, default_value = "usage")]
+    pub sort: String,
+    /// Print one table and exit (no terminal UI).
+    #[arg(long)]
+    pub once: bool,
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config =
+        iofloor_daemon::config::Config::load(&args.config).map_err(|e| bad(e.to_string()))?;
+    if args.check {
+        println!(
+            "{}: ok ({} devices, {} tenant entries, policy {})",
+            config.file.display(),
+            config.devices.len(),
+            config.tenants.len(),
+            config.policy
+        );
+        return Ok(());
+    }
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("IOFLOOR_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    iofloor_daemon::run(config)
+}
