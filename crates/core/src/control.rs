@@ -109,6 +109,9 @@ pub struct TickReport {
     pub samples: Vec<TenantSample>,
     pub device: Option<DeviceSample>,
     pub caps: Vec<Caps>,
+    /// The caps in force after the tick, aligned with `samples`: what was
+    /// decided where the write succeeded, what was there before where not.
+    pub applied: Vec<Caps>,
     /// Wall time the policy took to decide (measured here, outside the policy).
     pub decision_time: Duration,
     /// Tenants whose read or write failed this tick, with the message.
@@ -269,11 +272,13 @@ impl Controller {
                 }
             }
         }
+        let applied = self.tenants.iter().map(|t| t.caps).collect();
         TickReport {
             now,
             samples,
             device,
             caps,
+            applied,
             decision_time,
             errors,
             counter_resets,

@@ -141,7 +141,10 @@ pub struct BlkioV1 {
     pub dev: DevId,
 }
 
-const V1_LIMITS: [(&str, fn(&Caps) -> Option<f64>); 4] = [
+/// Which of a tenant's caps a blk-throttle file holds.
+type CapField = fn(&Caps) -> Option<f64>;
+
+const V1_LIMITS: [(&str, CapField); 4] = [
     ("blkio.throttle.read_iops_device", |c| c.read_iops),
     ("blkio.throttle.write_iops_device", |c| c.write_iops),
     ("blkio.throttle.read_bps_device", |c| c.read_bps),

@@ -1,0 +1,258 @@
+//! Finding tenants, adopting them (their limits recorded on disk before
+//! anything is written to them) and releasing them (those limits put back).
+
+use super::{Patch, Service, Tenant, QMP_TIMEOUT};
+use crate::config::TenantConfig;
+use crate::discovery::{discover, Found, FoundKind};
+use crate::ownership::{Entry, Original, Ownership};
+use iofloor_core::{Caps, TenantSpec};
+use iofloor_host::qmp_backend::{QmpBackend, QmpTarget};
+use iofloor_host::HostError;
+use std::path::Path;
+use std::sync::Arc;
+use tracing::{debug, info, warn};
+
+pub(super) fn spec_of(t: &TenantConfig, name: &str, patch: Option<&Patch>) -> TenantSpec {
+    let mut spec = TenantSpec {
+        name: name.to_string(),
+        class: t.class,
+        floor: t.floor,
+        ceiling: t.ceiling,
+        weight: t.weight,
+        latency_sensitive: t.latency_sensitive,
+    };
+    if let Some(p) = patch {
+        super::patch::apply_patch(&mut spec, p);
+    }
+    spec
+}
+
+/// Restores limits a previous run left behind (after a crash). Errors are
+/// logged; an object that is gone has nothing to restore.
+pub fn restore_leftovers(path: &Path) -> anyhow::Result<usize> {
+    let Some((pid, entries)) = Ownership::leftovers(path)? else {
+        return Ok(0);
+    };
+    if pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists() {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == "iofloor" {
+            anyhow::bail!(
+                "{}: another iofloor (pid {pid}) is running with this state file",
+                path.display()
+            );
+        }
+    }
+    let mut restored = 0;
+    for e in &entries {
+        match restore(&e.tenant, &e.original, None) {
+            Ok(()) => restored += 1,
+            Err(err) => {
+                warn!(tenant = %e.tenant, "could not restore limits left by pid {pid}: {err}")
+            }
+        }
+    }
+    info!(
+        "restored the limits of {restored} of {} tenants left by a previous run (pid {pid})",
+        entries.len()
+    );
+    std::fs::remove_file(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok(restored)
+}
+
+/// Puts one tenant's original limits back, through `qmp` when the daemon is
+/// connected to that monitor (a QMP socket serves one client at a time).
+fn restore(tenant: &str, original: &Original, qmp: Option<&mut QmpBackend>) -> anyhow::Result<()> {
+    match original {
+        Original::Cgroup {
+            root,
+            cgroup,
+            device,
+            caps,
+        } => {
+            if !root.join(cgroup).is_dir() {
+                return Ok(());
+            }
+            let io = iofloor_host::cgroup::controller(root, *device)?;
+            io.set_caps(cgroup, caps)?;
+        }
+        Original::Qmp {
+            socket,
+            drive,
+            limits,
+        } => {
+            if !socket.exists() {
+                return Ok(());
+            }
+            let result = match qmp {
+                Some(q) if q.has_tenant(tenant) => q.set_drive_throttle(tenant, limits),
+                _ => {
+                    let mut q = QmpBackend::new(QMP_TIMEOUT);
+                    q.add_tenant(tenant, socket, QmpTarget::Drive { id: drive.clone() });
+                    q.set_drive_throttle(tenant, limits)
+                }
+            };
+            match result {
+                // A stale socket of a QEMU that is gone: its throttle went with it.
+                Err(HostError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                other => other?,
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Service {
+    /// Stops controlling a tenant and restores its original limits; false
+    /// if they could not be restored (kept in the state file).
+    pub(super) fn release(&mut self, name: &str) -> bool {
+        let Some(t) = self.tenants.remove(name) else {
+            return true;
+        };
+        let d = &mut self.devices[t.device];
+        d.controller.remove_tenant(name);
+        let restored = match self.ownership.get(name).map(|e| e.original.clone()) {
+            Some(original) => match restore(name, &original, Some(&mut d.backend.qmp)) {
+                Ok(()) => true,
+                Err(e) => {
+                    warn!(tenant = %name, "could not restore its limits: {e}");
+                    false
+                }
+            },
+            None => true,
+        };
+        d.backend.qmp.remove_tenant(name);
+        if let FoundKind::Cgroup(_) = t.found.kind {
+            d.backend.cgroups.remove_tenant(name);
+        }
+        if restored {
+            if let Err(e) = self.ownership.forget(name) {
+                warn!("state file: {e}");
+            }
+        }
+        let view = {
+            let mut view = self.shared.view.lock().unwrap();
+            view.history.remove(name);
+            view.tenants.remove(name)
+        };
+        if let Some(v) = view {
+            self.shared.metrics.forget_tenant(&v);
+        }
+        restored
+    }
+
+    /// Adopts a found tenant: records its current limits (on disk) before
+    /// anything is written to it.
+    pub(super) fn adopt(&mut self, found: Found) {
+        let entry = &self.config.tenants[found.entry];
+        let device = entry.device;
+        let spec = Arc::new(spec_of(entry, &found.name, self.overrides.get(&found.name)));
+        let d = &mut self.devices[device];
+        let original = match &found.kind {
+            FoundKind::Cgroup(rel) => match d.backend.cgroups.controller().caps(rel) {
+                Ok(caps) => Original::Cgroup {
+                    root: self.cgroup_root.clone(),
+                    cgroup: rel.clone(),
+                    device: d.config.id,
+                    caps,
+                },
+                Err(e) => {
+                    // Gone between discovery and now, or its limits unreadable:
+                    // never written to; found again next interval.
+                    self.log_error(&found.name, &format!("cannot adopt: {e}"));
+                    return;
+                }
+            },
+            FoundKind::Qmp { socket, drive } => {
+                d.backend.qmp.add_tenant(
+                    &found.name,
+                    socket,
+                    QmpTarget::Drive { id: drive.clone() },
+                );
+                match d.backend.qmp.drive_throttle(&found.name) {
+                    Ok(limits) => Original::Qmp {
+                        socket: socket.clone(),
+                        drive: drive.clone(),
+                        limits,
+                    },
+                    Err(e) => {
+                        d.backend.qmp.remove_tenant(&found.name);
+                        self.log_error(&found.name, &format!("cannot adopt: {e}"));
+                        return;
+                    }
+                }
+            }
+        };
+        if let Err(e) = self.ownership.record(Entry {
+            tenant: found.name.clone(),
+            original,
+        }) {
+            warn!(tenant = %found.name, "not adopted, the state file cannot be written: {e}");
+            d.backend.qmp.remove_tenant(&found.name);
+            return;
+        }
+        if let FoundKind::Cgroup(rel) = &found.kind {
+            d.backend.cgroups.add_tenant(&found.name, rel.clone());
+        }
+        d.controller.add_tenant(spec.clone());
+        self.failed_adoptions.remove(&found.name);
+        info!(tenant = %found.name, path = %found.path(&self.cgroup_root).display(), "adopted");
+        self.tenants.insert(
+            found.name.clone(),
+            Tenant {
+                overridden: self.overrides.contains_key(&found.name),
+                found,
+                spec,
+                device,
+                caps: Caps::NONE,
+                throttled_seconds: 0.0,
+                throttled_for: 0.0,
+                usage: None,
+                last_mix: None,
+                floor_met: None,
+                available: true,
+                error: None,
+            },
+        );
+    }
+
+    /// Logs a tenant that cannot be adopted once, not every interval.
+    pub(super) fn log_error(&mut self, name: &str, message: &str) {
+        match self
+            .failed_adoptions
+            .insert(name.to_string(), message.to_string())
+        {
+            None => warn!(tenant = %name, "{message}; retried each interval"),
+            Some(old) if old != message => debug!(tenant = %name, "still failing: {message}"),
+            Some(_) => {}
+        }
+    }
+
+    /// Finds tenants, adopts new ones, drops vanished ones.
+    pub(super) fn reconcile(&mut self) {
+        let found = discover(&self.config, &self.cgroup_root);
+        let present: std::collections::HashSet<&str> =
+            found.iter().map(|f| f.name.as_str()).collect();
+        let gone: Vec<String> = self
+            .tenants
+            .keys()
+            .filter(|n| !present.contains(n.as_str()))
+            .cloned()
+            .collect();
+        for name in gone {
+            info!(tenant = %name, "gone; dropped");
+            self.release(&name);
+        }
+        self.failed_adoptions
+            .retain(|n, _| present.contains(n.as_str()));
+        for f in found {
+            let moved = self.tenants.get(&f.name).is_some_and(|t| t.found != f);
+            if moved {
+                self.release(&f.name);
+            }
+            if !self.tenants.contains_key(&f.name) {
+                self.adopt(f);
+            }
+        }
+    }
+}

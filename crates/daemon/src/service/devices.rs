@@ -1,0 +1,318 @@
+//! The devices: one controller and one set of host backends per device, its
+//! presence checked each interval, and the tick that drives them.
+
+use super::{Service, Tenant, QMP_TIMEOUT};
+use crate::config::{Config, DeviceConfig, ModelSource};
+use crate::view::{DeviceState, UsageView};
+use iofloor_core::{judge, Controller, CostModel, PolicyContext};
+use iofloor_host::qmp_backend::{HybridBackend, QmpBackend};
+use iofloor_host::{CgroupBackend, DevId};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tracing::{debug, info, warn};
+
+pub(super) struct DeviceLoop {
+    pub(super) config: DeviceConfig,
+    pub(super) cost: CostModel,
+    pub(super) controller: Controller,
+    pub(super) backend: HybridBackend,
+    pub(super) present: bool,
+    pub(super) state: DeviceState,
+}
+
+/// The cgroup hierarchy to use: the config's, else v2 with io at
+/// /sys/fs/cgroup, else v1 blkio.
+pub fn cgroup_root(config: &Config) -> anyhow::Result<PathBuf> {
+    if let Some(root) = &config.cgroup_root {
+        iofloor_host::cgroup::detect(root).map_err(|e| anyhow::anyhow!("`cgroup_root`: {e}"))?;
+        return Ok(root.clone());
+    }
+    for root in [
+        "/sys/fs/cgroup",
+        "/sys/fs/cgroup/unified",
+        "/sys/fs/cgroup/blkio",
+    ] {
+        if iofloor_host::cgroup::detect(Path::new(root)).is_ok() {
+            return Ok(root.into());
+        }
+    }
+    anyhow::bail!("no cgroup hierarchy with an I/O controller (v2 `io` or v1 `blkio`) found; set `cgroup_root`")
+}
+
+fn cost_model(device: &DeviceConfig, work: &Path) -> anyhow::Result<(CostModel, Option<f64>)> {
+    Ok(match &device.model {
+        ModelSource::Inline(m) => (*m, None),
+        ModelSource::File(f) => iofloor_host::calibrate::ModelFile::load(f)
+            .map_err(|e| anyhow::anyhow!("device `{}`: {e}", device.name))?,
+        ModelSource::Calibrate => {
+            let path = device.path.clone().ok_or_else(|| {
+                anyhow::anyhow!("device `{}`: calibrate needs `path`", device.name)
+            })?;
+            info!(device = %device.name, "calibrating the cost model (writes to the device)");
+            let c = iofloor_host::calibrate::calibrate(
+                &path,
+                work,
+                5.0,
+                &|step| info!(device = %path.display(), "{step}"),
+            )
+            .map_err(|e| anyhow::anyhow!("device `{}`: calibration failed: {e}", device.name))?;
+            (
+                CostModel::new(c.params).map_err(|e| anyhow::anyhow!("{e}"))?,
+                Some(c.queue_knee),
+            )
+        }
+    })
+}
+
+/// Whether the device is there to be controlled: its node (when given by
+/// path) still is that device, and the kernel still has it with a non-zero
+/// size (a hot-unplugged disk leaves /sys; a detached loop device or an
+/// ejected medium stays with size 0).
+fn device_present(d: &DeviceConfig) -> bool {
+    if let Some(p) = &d.path {
+        if DevId::of_block_device(p)
+            .map(|id| id != d.id)
+            .unwrap_or(true)
+        {
+            return false;
+        }
+    }
+    std::fs::read_to_string(format!("/sys/dev/block/{}/size", d.id))
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .is_some_and(|sectors| sectors > 0)
+}
+
+pub(super) fn build_device(
+    config: &Config,
+    d: &DeviceConfig,
+    root: &Path,
+) -> anyhow::Result<DeviceLoop> {
+    let work = std::env::temp_dir().join(format!("iofloor-calibrate-{}", std::process::id()));
+    let (cost, knee) = cost_model(d, &work)?;
+    let mut params = config.params.clone();
+    if params.floor.queue_knee.is_none() {
+        params.floor.queue_knee = knee;
+    }
+    let policy = iofloor_core::build_policy(
+        config.policy,
+        &params,
+        PolicyContext {
+            cost,
+            capacity: 1.0,
+        },
+    );
+    let io = iofloor_host::cgroup::controller(root, d.id)
+        .map_err(|e| anyhow::anyhow!("device `{}`: {e}", d.name))?;
+    let backend = HybridBackend {
+        cgroups: CgroupBackend::new(io, Some(iofloor_host::diskstats::DiskStats::proc(d.id))),
+        qmp: QmpBackend::new(QMP_TIMEOUT),
+    };
+    Ok(DeviceLoop {
+        config: d.clone(),
+        cost,
+        controller: Controller::new(policy, Vec::new()),
+        backend,
+        present: true,
+        state: DeviceState {
+            device: d.id.to_string(),
+            path: d
+                .path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            utilisation: None,
+            avg_queue: None,
+            capacity_estimate: None,
+        },
+    })
+}
+
+/// Whether the device was contended over the interval, by the one
+/// definition the policy and the report use: the load handed out (the
+/// tenants' cost rate over the capacity the policy believes in) at or past
+/// the border, or the queue past its knee.
+fn contended(config: &Config, state: &DeviceState, load_cost: f64) -> bool {
+    let params = &config.params.floor;
+    let capacity = state.capacity_estimate.unwrap_or(1.0);
+    judge::contended(
+        load_cost / capacity,
+        params.border,
+        state.avg_queue,
+        params.queue_knee,
+    )
+}
+
+/// Whether a tenant met its floor over the interval, not knowing its demand:
+/// unknown without a floor or a sample (docs/config.md).
+pub(super) fn floor_met(tenant: &Tenant, contended: bool) -> Option<bool> {
+    let floor = tenant.spec.floor?;
+    let usage = tenant.usage.as_ref()?;
+    Some(judge::floor_met_without_demand(
+        usage.in_unit_of(floor),
+        floor.value(),
+        contended,
+    ))
+}
+
+impl Service {
+    /// One interval: discovery, then each device's controller. Returns the
+    /// longest decision time.
+    pub(super) fn tick(&mut self, now: Duration) -> Duration {
+        self.reconcile();
+        self.ticks += 1;
+        let dt = self
+            .last_tick
+            .map(|t| now.saturating_sub(t).as_secs_f64())
+            .unwrap_or(0.0);
+        self.last_tick = Some(now);
+        let mut decision = Duration::ZERO;
+        for di in 0..self.devices.len() {
+            if self.device_is_present(di) {
+                decision = decision.max(self.tick_device(di, now, dt));
+            }
+        }
+        self.publish(now);
+        decision
+    }
+
+    /// Notes a device that went or came back; a device that is gone makes
+    /// its tenants unavailable (not idle) until it returns.
+    fn device_is_present(&mut self, di: usize) -> bool {
+        let d = &mut self.devices[di];
+        let present = device_present(&d.config);
+        if present != d.present {
+            if present {
+                info!(device = %d.config.name, "device is back");
+            } else {
+                warn!(device = %d.config.name, "device removed; its tenants are skipped until it returns");
+            }
+            d.present = present;
+        }
+        if !present {
+            d.state.utilisation = None;
+            d.state.avg_queue = None;
+            let error = format!("device {} removed", d.config.name);
+            for t in self.tenants.values_mut().filter(|t| t.device == di) {
+                t.available = false;
+                t.usage = None;
+                t.floor_met = None;
+                t.error = Some(error.clone());
+            }
+        }
+        present
+    }
+
+    /// Runs one device's controller and records what it saw and did, in one
+    /// pass over its tenants. Returns the decision time.
+    fn tick_device(&mut self, di: usize, now: Duration, dt: f64) -> Duration {
+        let d = &mut self.devices[di];
+        let report = d.controller.tick(now, &mut d.backend);
+        d.state.utilisation = report.device.map(|s| s.utilisation);
+        d.state.avg_queue = report.device.map(|s| s.avg_queue);
+        d.state.capacity_estimate = d.controller.capacity_estimate();
+        let errors: HashMap<&str, &str> = report
+            .errors
+            .iter()
+            .map(|(n, e)| (n.as_str(), e.as_str()))
+            .collect();
+        let mut load_cost = 0.0;
+        for (sample, caps) in report.samples.iter().zip(&report.applied) {
+            let name = sample.spec.name.as_str();
+            let Some(t) = self.tenants.get_mut(name) else {
+                continue;
+            };
+            t.throttled_for = if t.caps.is_unlimited() { 0.0 } else { dt };
+            t.throttled_seconds += t.throttled_for;
+            t.caps = *caps;
+            t.usage = sample
+                .usage
+                .as_ref()
+                .map(|u| UsageView::new(u, d.cost.cost_rate(u)));
+            load_cost += t.usage.map(|u| u.cost).unwrap_or(0.0);
+            if let Some(u) = sample.usage.filter(|u| !u.is_idle()) {
+                t.last_mix = Some(u);
+            }
+            note_availability(t, name, errors.get(name).copied());
+        }
+        let contended = contended(&self.config, &d.state, load_cost);
+        for sample in &report.samples {
+            if let Some(t) = self.tenants.get_mut(sample.spec.name.as_str()) {
+                t.floor_met = floor_met(t, contended);
+            }
+        }
+        for name in &report.counter_resets {
+            warn!(tenant = %name, "counters went backwards (cgroup or VM recreated?); its limits are written again");
+            d.controller.forget_caps(name);
+        }
+        report.decision_time
+    }
+}
+
+/// A tenant's read or write failed (`error`) or worked this interval: logged
+/// once when it starts failing, when the reason changes (at debug) and when
+/// it recovers, not every interval.
+fn note_availability(t: &mut Tenant, name: &str, error: Option<&str>) {
+    match error {
+        Some(e) => {
+            match &t.error {
+                None => {
+                    warn!(tenant = %name, "{e}; skipped until it recovers, retried each interval")
+                }
+                Some(old) if old != e => debug!(tenant = %name, "still failing: {e}"),
+                Some(_) => {}
+            }
+            t.error = Some(e.to_string());
+            t.available = false;
+        }
+        None => {
+            if let Some(old) = t.error.take() {
+                info!(tenant = %name, "available again (was: {old})");
+            }
+            t.available = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(capacity: Option<f64>, queue: f64) -> DeviceState {
+        DeviceState {
+            device: "7:0".into(),
+            path: String::new(),
+            utilisation: Some(1.0),
+            avg_queue: Some(queue),
+            capacity_estimate: capacity,
+        }
+    }
+
+    #[test]
+    fn contention_is_the_policys_load_share_or_a_queue_past_the_knee() {
+        let text = "[[device]]\nid = \"7:0\"\nmodel = { rbps = 1e9, rseqiops = 1e3, rrandiops = 1e3, wbps = 1e9, wseqiops = 1e3, wrandiops = 1e3 }\n";
+        let mut config = Config::parse(text, Path::new("/x.toml")).unwrap();
+        assert!(
+            contended(&config, &state(None, 1.0), 0.95),
+            "load past the border"
+        );
+        assert!(
+            !contended(&config, &state(None, 30.0), 0.5),
+            "no knee: the queue says nothing"
+        );
+        assert!(
+            contended(&config, &state(Some(0.5), 1.0), 0.46),
+            "a learned capacity of half the model's: 0.46 is 92 % of it"
+        );
+        config.params.floor.queue_knee = Some(4.0);
+        assert!(
+            !contended(&config, &state(None, 2.0), 0.5),
+            "a busy device with a short queue"
+        );
+        assert!(
+            contended(&config, &state(None, 8.0), 0.5),
+            "queue past the knee"
+        );
+    }
+}

@@ -1,0 +1,211 @@
+//! The control thread: each interval it finds the tenants, adopts new ones
+//! (recording their limits first), drops vanished ones, runs one controller
+//! per device through the host backends, and publishes what happened to the
+//! view, the metrics and the sample stream. Commands (a floor change, a
+//! reload, shutdown) arrive on a channel and are handled between intervals,
+//! at once.
+//!
+//! Faults are per tenant: a read or write that fails marks that tenant
+//! unavailable for the interval and is logged once (again only when the
+//! message changes, and once more when it recovers); the others carry on.
+//!
+//! By concern: `adoption` (finding, adopting and releasing tenants, and the
+//! limits they had before), `devices` (a controller per device and the
+//! tick), `publish` (view, metrics, sample stream, admission), `patch`
+//! (changes from the API) and `reload` (SIGHUP and the API's reload).
+
+mod adoption;
+mod devices;
+mod patch;
+mod publish;
+mod reload;
+
+pub use adoption::restore_leftovers;
+pub use devices::cgroup_root;
+pub use patch::{Patch, PatchError};
+
+use crate::config::Config;
+use crate::discovery::Found;
+use crate::metrics::Metrics;
+use crate::ownership::Ownership;
+use crate::view::{Reload, Status, TenantView, UsageView, View};
+use devices::{build_device, DeviceLoop};
+use iofloor_core::{Caps, TenantSpec, Usage};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+/// How long a QMP command may take before the VM counts as unavailable.
+const QMP_TIMEOUT: Duration = Duration::from_millis(500);
+
+pub type Reply<T> = tokio::sync::oneshot::Sender<T>;
+
+pub enum Command {
+    Patch {
+        tenant: String,
+        patch: Patch,
+        reply: Reply<Result<TenantView, PatchError>>,
+    },
+    Reload {
+        reply: Option<Reply<Result<String, String>>>,
+    },
+    Shutdown,
+}
+
+/// What the control thread shares with the API.
+pub struct Shared {
+    pub view: Mutex<View>,
+    pub metrics: Metrics,
+    /// One JSON tick per interval for /api/v1/samples.
+    pub ticks: tokio::sync::broadcast::Sender<Arc<str>>,
+    pub token: Mutex<Option<String>>,
+}
+
+pub(super) struct Tenant {
+    pub(super) found: Found,
+    pub(super) spec: Arc<TenantSpec>,
+    pub(super) device: usize,
+    pub(super) overridden: bool,
+    /// Caps in force (as last applied).
+    pub(super) caps: Caps,
+    pub(super) throttled_seconds: f64,
+    /// Seconds of the last interval under a cap.
+    pub(super) throttled_for: f64,
+    pub(super) usage: Option<UsageView>,
+    /// The last non-idle usage, to price the floor with its real mix.
+    pub(super) last_mix: Option<Usage>,
+    pub(super) floor_met: Option<bool>,
+    pub(super) available: bool,
+    pub(super) error: Option<String>,
+}
+
+pub struct Service {
+    config: Config,
+    cgroup_root: PathBuf,
+    devices: Vec<DeviceLoop>,
+    tenants: BTreeMap<String, Tenant>,
+    ownership: Ownership,
+    shared: Arc<Shared>,
+    started: Instant,
+    ticks: u64,
+    overruns: u64,
+    last_reload: Option<Reload>,
+    last_tick: Option<Duration>,
+    /// Spec changes made through the API, kept across reloads.
+    overrides: HashMap<String, Patch>,
+    /// Tenants found but not adopted, with the reason already logged.
+    failed_adoptions: HashMap<String, String>,
+}
+
+impl Service {
+    /// Builds the service: restores leftovers of a crashed run, loads cost
+    /// models, takes the state file. Nothing is written to a tenant yet.
+    pub fn new(config: Config, shared: Arc<Shared>) -> anyhow::Result<Service> {
+        let root = cgroup_root(&config)?;
+        restore_leftovers(&config.state_file)?;
+        let devices = config
+            .devices
+            .iter()
+            .map(|d| build_device(&config, d, &root))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let ownership = Ownership::create(&config.state_file)?;
+        *shared.token.lock().unwrap() = config.api.token.clone();
+        let mut s = Service {
+            config,
+            cgroup_root: root,
+            devices,
+            tenants: BTreeMap::new(),
+            ownership,
+            shared,
+            started: Instant::now(),
+            ticks: 0,
+            overruns: 0,
+            last_reload: None,
+            last_tick: None,
+            overrides: HashMap::new(),
+            failed_adoptions: HashMap::new(),
+        };
+        s.publish(Duration::ZERO);
+        Ok(s)
+    }
+
+    pub fn initial_view(config: &Config) -> View {
+        View {
+            status: Status {
+                version: env!("CARGO_PKG_VERSION").into(),
+                policy: config.policy.as_str().into(),
+                interval_s: config.interval.as_secs_f64(),
+                uptime_s: 0.0,
+                ticks: 0,
+                overruns: 0,
+                config: config.file.display().to_string(),
+                devices: Vec::new(),
+                last_reload: None,
+            },
+            tenants: BTreeMap::new(),
+            history: BTreeMap::new(),
+            admission: Vec::new(),
+            now: 0.0,
+        }
+    }
+
+    /// Runs until `Shutdown` (or every sender is gone), then restores every
+    /// limit it set and removes the state file.
+    pub fn run(mut self, commands: Receiver<Command>) -> anyhow::Result<()> {
+        let mut next = Instant::now();
+        loop {
+            let wait = next.saturating_duration_since(Instant::now());
+            match commands.recv_timeout(wait) {
+                Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
+                Ok(Command::Patch {
+                    tenant,
+                    patch,
+                    reply,
+                }) => {
+                    let _ = reply.send(self.patch(&tenant, patch));
+                }
+                Ok(Command::Reload { reply }) => {
+                    let result = self.reload();
+                    if let Some(reply) = reply {
+                        let _ = reply.send(result);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let decision = self.tick(self.started.elapsed());
+                    next += self.config.interval;
+                    let overrun = next < Instant::now();
+                    if overrun {
+                        self.overruns += 1;
+                        warn!(
+                            "interval overrun: the control loop ran longer than {:?}",
+                            self.config.interval
+                        );
+                        next = Instant::now() + self.config.interval;
+                    }
+                    self.shared.metrics.tick(decision.as_secs_f64(), overrun);
+                }
+            }
+        }
+        self.shutdown()
+    }
+
+    /// Puts back every limit iofloor set; the state file goes when all did.
+    fn shutdown(mut self) -> anyhow::Result<()> {
+        let names: Vec<String> = self.tenants.keys().cloned().collect();
+        let mut failed = 0;
+        for name in names {
+            if !self.release(&name) {
+                failed += 1;
+            }
+        }
+        if failed > 0 {
+            anyhow::bail!("{failed} tenants' limits could not be restored; the state file keeps them for the next start");
+        }
+        self.ownership.finish()?;
+        info!("stopped; every limit iofloor set was restored");
+        Ok(())
+    }
+}

@@ -1,0 +1,97 @@
+//! A tenant's promise changed through the API: checked, refused if the
+//! floors would no longer fit, kept across reloads.
+
+use super::Service;
+use crate::view::{AdmissionView, TenantView};
+use iofloor_core::units::Rate;
+use iofloor_core::TenantSpec;
+use std::sync::Arc;
+use tracing::info;
+
+/// A change to a tenant's promise, from the API.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Patch {
+    /// `Some(None)` clears the floor.
+    pub floor: Option<Option<Rate>>,
+    pub ceiling: Option<Option<Rate>>,
+    pub weight: Option<f64>,
+}
+
+#[derive(Debug)]
+pub enum PatchError {
+    NotFound(String),
+    Invalid(String),
+    Refused {
+        message: String,
+        admission: AdmissionView,
+    },
+}
+
+pub(super) fn apply_patch(spec: &mut TenantSpec, p: &Patch) {
+    if let Some(f) = p.floor {
+        spec.floor = f;
+    }
+    if let Some(c) = p.ceiling {
+        spec.ceiling = c;
+    }
+    if let Some(w) = p.weight {
+        spec.weight = w;
+    }
+}
+
+impl Service {
+    /// A floor, ceiling or weight change from the API: checked, refused if
+    /// the floors would no longer fit, else in force from the next interval.
+    pub(super) fn patch(&mut self, name: &str, patch: Patch) -> Result<TenantView, PatchError> {
+        let t = self
+            .tenants
+            .get(name)
+            .ok_or_else(|| PatchError::NotFound(format!("no tenant `{name}`")))?;
+        let mut spec = (*t.spec).clone();
+        apply_patch(&mut spec, &patch);
+        spec.check_promise()
+            .map_err(|e| PatchError::Invalid(e.to_string()))?;
+        let raises_floor = match (t.spec.floor, spec.floor) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(old), Some(new)) => old.unit() != new.unit() || new.value() > old.value(),
+        };
+        if raises_floor {
+            let verdicts = self.admission(Some(&spec));
+            if let Some(v) = verdicts
+                .into_iter()
+                .nth(t.device)
+                .filter(|v| v.total_floor_cost > v.usable_capacity * (1.0 + 1e-9))
+            {
+                return Err(PatchError::Refused {
+                    message: format!("refused: the new floor does not fit: {}", v.summary),
+                    admission: v,
+                });
+            }
+        }
+        let spec = Arc::new(spec);
+        let t = self.tenants.get_mut(name).expect("looked up above");
+        self.devices[t.device].controller.update_spec(spec.clone());
+        t.spec = spec;
+        t.overridden = true;
+        let merged = self.overrides.entry(name.to_string()).or_default();
+        if patch.floor.is_some() {
+            merged.floor = patch.floor;
+        }
+        if patch.ceiling.is_some() {
+            merged.ceiling = patch.ceiling;
+        }
+        if patch.weight.is_some() {
+            merged.weight = patch.weight;
+        }
+        info!(tenant = %name, floor = ?t.spec.floor, ceiling = ?t.spec.ceiling, weight = t.spec.weight, "changed through the API");
+        let view = self.tenant_view(&self.tenants[name]);
+        self.shared
+            .view
+            .lock()
+            .unwrap()
+            .tenants
+            .insert(name.to_string(), view.clone());
+        Ok(view)
+    }
+}

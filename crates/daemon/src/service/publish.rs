@@ -1,0 +1,136 @@
+//! What the service shows: the view the API serves, the Prometheus metrics,
+//! the sample stream, and the admission verdict per device.
+
+use super::{Service, Tenant};
+use crate::discovery::FoundKind;
+use crate::view::{AdmissionView, DeviceState, Point, SourceKind, TenantView};
+use iofloor_core::{admission, DirUsage, TenantSpec, Usage};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A mix to price floors with before a tenant has done any I/O: 4 KiB
+/// random, half reads, half writes.
+fn assumed_mix() -> Usage {
+    let half = DirUsage {
+        ios: 0.5,
+        bytes: 2048.0,
+        seq_ios: 0.0,
+    };
+    Usage {
+        read: half,
+        write: half,
+        latency_us: None,
+    }
+}
+
+impl Service {
+    /// Copies the state to the view, the metrics and the sample stream.
+    pub(super) fn publish(&mut self, now: Duration) {
+        let t_now = now.as_secs_f64();
+        let devices: Vec<DeviceState> = self.devices.iter().map(|d| d.state.clone()).collect();
+        for (di, d) in self.devices.iter().enumerate() {
+            let n = self.tenants.values().filter(|t| t.device == di).count();
+            self.shared.metrics.device(
+                &d.state.device,
+                d.state.utilisation,
+                d.state.avg_queue,
+                d.state.capacity_estimate,
+                n,
+            );
+        }
+        let admission = self.admission(None);
+        let views: Vec<TenantView> = self.tenants.values().map(|t| self.tenant_view(t)).collect();
+        let mut view = self.shared.view.lock().unwrap();
+        view.now = t_now;
+        view.status.uptime_s = self.started.elapsed().as_secs_f64();
+        view.status.ticks = self.ticks;
+        view.status.overruns = self.overruns;
+        view.status.policy = self.config.policy.as_str().into();
+        view.status.interval_s = self.config.interval.as_secs_f64();
+        view.status.devices = devices;
+        view.status.last_reload = self.last_reload.clone();
+        view.admission = admission;
+        for v in views {
+            let throttled_for = self
+                .tenants
+                .get(&v.name)
+                .map(|t| t.throttled_for)
+                .unwrap_or(0.0);
+            self.shared.metrics.tenant(&v, throttled_for);
+            if let Some(u) = &v.usage {
+                let capped = !v.caps.is_unlimited();
+                view.push_point(
+                    &v.name,
+                    Point {
+                        t: t_now,
+                        iops: u.iops,
+                        bytes_per_sec: u.bytes_per_sec,
+                        cost: u.cost,
+                        latency_us: u.latency_us,
+                        capped,
+                    },
+                );
+            }
+            view.tenants.insert(v.name.clone(), v);
+        }
+        if self.ticks > 0 {
+            let tick = serde_json::to_string(&view.tick()).expect("the view serialises");
+            // No subscriber is not an error.
+            let _ = self.shared.ticks.send(Arc::from(tick));
+        }
+    }
+
+    pub(super) fn tenant_view(&self, t: &Tenant) -> TenantView {
+        let d = &self.devices[t.device];
+        TenantView {
+            name: t.found.name.clone(),
+            class: t.spec.class,
+            source: match t.found.kind {
+                FoundKind::Cgroup(_) => SourceKind::Cgroup,
+                FoundKind::Qmp { .. } => SourceKind::Qmp,
+            },
+            path: t.found.path(&self.cgroup_root).display().to_string(),
+            device: d.state.device.clone(),
+            floor: t.spec.floor,
+            ceiling: t.spec.ceiling,
+            weight: t.spec.weight,
+            latency_sensitive: t.spec.latency_sensitive,
+            available: t.available,
+            error: t.error.clone(),
+            usage: t.usage,
+            caps: t.caps,
+            floor_met: t.floor_met,
+            throttled_seconds: t.throttled_seconds,
+            overridden: t.overridden,
+        }
+    }
+
+    /// Admission verdict per device, with `change` (a tenant's new spec)
+    /// put in place of the current one.
+    pub(super) fn admission(&self, change: Option<&TenantSpec>) -> Vec<AdmissionView> {
+        self.devices
+            .iter()
+            .enumerate()
+            .map(|(di, d)| {
+                let specs: Vec<(TenantSpec, Usage)> = self
+                    .tenants
+                    .values()
+                    .filter(|t| t.device == di)
+                    .map(|t| {
+                        let spec = match change {
+                            Some(c) if c.name == t.spec.name => c.clone(),
+                            _ => (*t.spec).clone(),
+                        };
+                        let mix = t.last_mix.unwrap_or_else(assumed_mix);
+                        (spec, mix)
+                    })
+                    .collect();
+                let rows: Vec<(&TenantSpec, Option<Usage>)> =
+                    specs.iter().map(|(s, m)| (s, Some(*m))).collect();
+                let usable = self.config.params.floor.target_utilisation
+                    * d.controller.capacity_estimate().unwrap_or(1.0);
+                AdmissionView::new(&d.state.device, &admission::check(&d.cost, usable, &rows))
+            })
+            .collect()
+    }
+}
