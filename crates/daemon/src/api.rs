@@ -15,13 +15,15 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use iofloor_core::units::Rate;
-use serde_json::{json, Map, Value};
+use iofloor_core::units::quantity::RateQ;
+use serde::Deserialize;
+use serde_json::json;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Duration;
+use subtle::ConstantTimeEq;
 
 const DASHBOARD: &str = include_str!("../assets/dashboard.html");
 
@@ -38,7 +40,31 @@ pub struct ApiState {
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(json!({ "error": message.into() }))).into_response()
+    ApiError::new(status, message).into_response()
+}
+
+/// A request refused before it reached the control thread: its status and
+/// the message the body carries as `{"error": ...}`.
+#[derive(Debug, thiserror::Error)]
+#[error("{status}: {message}")]
+struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({ "error": self.message }))).into_response()
+    }
 }
 
 pub fn router(state: ApiState) -> Router {
@@ -139,12 +165,12 @@ async fn admission(State(s): State<ApiState>) -> Response {
 
 /// Checks the caller may change state: over the unix socket, or with the
 /// configured bearer token (compared in constant time).
-fn authorise(s: &ApiState, headers: &HeaderMap) -> Result<(), Response> {
+fn authorise(s: &ApiState, headers: &HeaderMap) -> Result<(), ApiError> {
     if s.via_unix {
         return Ok(());
     }
     let Some(token) = s.shared.token.lock().unwrap().clone() else {
-        return Err(error(
+        return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "changes need `api.token` in the config, or the unix socket (`api.unix_socket`)",
         ));
@@ -153,85 +179,84 @@ fn authorise(s: &ApiState, headers: &HeaderMap) -> Result<(), Response> {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    let ok = given.is_some_and(|g| {
-        g.len() == token.len()
-            && g.bytes()
-                .zip(token.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
-    });
+    // Constant time over the token's bytes (a length mismatch is not secret).
+    let ok = given.is_some_and(|g| bool::from(g.as_bytes().ct_eq(token.as_bytes())));
     if ok {
         Ok(())
     } else {
-        Err(error(
+        Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "missing or wrong bearer token",
         ))
     }
 }
 
-fn rate_field(body: &Map<String, Value>, key: &str) -> Result<Option<Option<Rate>>, String> {
-    match body.get(key) {
-        None => Ok(None),
-        Some(Value::Null) => Ok(Some(None)),
-        Some(Value::String(text)) => Rate::parse(text)
-            .map(|r| Some(Some(r)))
-            .map_err(|e| format!("`{key}`: {e}")),
-        Some(other) => Err(format!(
-            "`{key}` must be a string such as \"500 IOPS\" or null, got {other}"
-        )),
-    }
+/// A PATCH body: each field absent (unchanged), null (cleared; not for
+/// `weight`) or a value. Rates are written as in the config (`"500 IOPS"`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatchBody {
+    #[serde(default, deserialize_with = "present")]
+    floor: Option<Option<RateQ>>,
+    #[serde(default, deserialize_with = "present")]
+    ceiling: Option<Option<RateQ>>,
+    weight: Option<f64>,
 }
 
-/// Parses a PATCH body; every problem is a message for a 400.
+/// Tells a field given as null (`Some(None)`) from one left out (`None`, by
+/// `#[serde(default)]`), which serde's `Option` alone cannot.
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// Parses a PATCH body; every problem is a message for a 400 naming the field.
 pub fn parse_patch(body: &[u8]) -> Result<Patch, String> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
-    let Value::Object(map) = value else {
+    // serde would also take a struct from an array of its fields in order.
+    if body.trim_ascii_start().first() != Some(&b'{') {
         return Err("body must be a JSON object".into());
-    };
-    if map.is_empty() {
+    }
+    let mut json = serde_json::Deserializer::from_slice(body);
+    let parsed: PatchBody = serde_path_to_error::deserialize(&mut json).map_err(|e| {
+        match e.path().to_string().as_str() {
+            "." => format!("body: {}", e.inner()),
+            field => format!("`{field}`: {}", e.inner()),
+        }
+    })?;
+    json.end().map_err(|e| format!("body: {e}"))?;
+    if parsed.floor.is_none() && parsed.ceiling.is_none() && parsed.weight.is_none() {
         return Err("body names nothing to change (floor, ceiling, weight)".into());
     }
-    if let Some(k) = map
-        .keys()
-        .find(|k| !["floor", "ceiling", "weight"].contains(&k.as_str()))
-    {
-        return Err(format!(
-            "unknown field `{k}` (known: floor, ceiling, weight)"
-        ));
-    }
-    let weight = match map.get("weight") {
-        None => None,
-        Some(Value::Number(n)) => Some(n.as_f64().unwrap_or(f64::NAN)),
-        Some(other) => return Err(format!("`weight` must be a number, got {other}")),
-    };
-    iofloor_core::model::check_promise(None, None, weight).map_err(|e| e.to_string())?;
+    iofloor_core::model::check_promise(None, None, parsed.weight).map_err(|e| e.to_string())?;
+    let rate = |r: Option<Option<RateQ>>| r.map(|r| r.map(|q| q.0));
     Ok(Patch {
-        floor: rate_field(&map, "floor")?,
-        ceiling: rate_field(&map, "ceiling")?,
-        weight,
+        floor: rate(parsed.floor),
+        ceiling: rate(parsed.ceiling),
+        weight: parsed.weight,
     })
 }
 
 async fn send<T>(
     s: &ApiState,
     make: impl FnOnce(tokio::sync::oneshot::Sender<T>) -> Command,
-) -> Result<T, Response> {
+) -> Result<T, ApiError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     s.commands.send(make(tx)).map_err(|_| {
-        error(
+        ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the controller is shutting down",
         )
     })?;
     match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(_)) => Err(error(
+        Ok(Err(_)) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the controller is shutting down",
         )),
-        Err(_) => Err(error(
+        Err(_) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the controller did not answer in time",
         )),
@@ -245,7 +270,7 @@ async fn patch_tenant(
     body: Bytes,
 ) -> Response {
     if let Err(r) = authorise(&s, &headers) {
-        return r;
+        return r.into_response();
     }
     let patch = match parse_patch(&body) {
         Ok(p) => p,
@@ -258,7 +283,7 @@ async fn patch_tenant(
     })
     .await
     {
-        Err(r) => r,
+        Err(r) => r.into_response(),
         Ok(Ok(view)) => Json(view).into_response(),
         Ok(Err(PatchError::NotFound(m))) => error(StatusCode::NOT_FOUND, m),
         Ok(Err(PatchError::Invalid(m))) => error(StatusCode::BAD_REQUEST, m),
@@ -272,10 +297,10 @@ async fn patch_tenant(
 
 async fn reload(State(s): State<ApiState>, headers: HeaderMap) -> Response {
     if let Err(r) = authorise(&s, &headers) {
-        return r;
+        return r.into_response();
     }
     match send(&s, |reply| Command::Reload { reply: Some(reply) }).await {
-        Err(r) => r,
+        Err(r) => r.into_response(),
         Ok(Ok(message)) => Json(json!({ "ok": true, "message": message })).into_response(),
         Ok(Err(message)) => error(StatusCode::BAD_REQUEST, message),
     }
@@ -301,6 +326,7 @@ async fn samples(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iofloor_core::units::Rate;
 
     #[test]
     fn patch_bodies_are_checked_field_by_field() {
@@ -313,15 +339,17 @@ mod tests {
             Some(None)
         );
         for (body, needle) in [
-            (&b"not json"[..], "not JSON"),
+            (&b"not json"[..], "JSON object"),
             (b"[1]", "JSON object"),
+            (b"{\"floor\"", "body: EOF"),
             (b"{}", "nothing to change"),
             (br#"{"flor": "1 IOPS"}"#, "unknown field `flor`"),
-            (br#"{"floor": "5 parsecs"}"#, "`floor`"),
-            (br#"{"floor": 500}"#, "must be a string"),
+            (br#"{"floor": "5 parsecs"}"#, "`floor`: invalid rate"),
+            (br#"{"floor": 500}"#, "`floor`: invalid rate"),
             (br#"{"weight": 0}"#, "(0, 10000]"),
             (br#"{"weight": 1e9}"#, "(0, 10000]"),
-            (br#"{"weight": "x"}"#, "must be a number"),
+            (br#"{"weight": "x"}"#, "`weight`: invalid type"),
+            (br#"{"weight": 1} trailing"#, "body: trailing"),
         ] {
             let e = parse_patch(body).unwrap_err();
             assert!(e.contains(needle), "{}: {e}", String::from_utf8_lossy(body));

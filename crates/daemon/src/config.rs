@@ -8,7 +8,7 @@
 use iofloor_core::policy::{FloorParams, TopThrottleParams};
 use iofloor_core::units::quantity::{DurationQ, RateQ};
 use iofloor_core::units::Rate;
-use iofloor_core::{CostModel, CostParams, PolicyKind, PolicyParams, TenantClass};
+use iofloor_core::{CostModel, CostParams, PolicyKind, PolicyParams, TenantClass, ValidationError};
 use iofloor_host::DevId;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -182,27 +182,6 @@ pub struct Config {
 pub const DEFAULT_STATE_FILE: &str = "/run/iofloor/state.json";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9180";
 
-/// The dotted key set on a line (`tenant.floor`), from the line and the
-/// table header above it.
-fn key_at(text: &str, line: usize) -> Option<String> {
-    let lines: Vec<&str> = text.lines().collect();
-    let here = lines.get(line - 1)?.trim();
-    let key = here.split_once('=')?.0.trim().trim_matches('"');
-    if key.is_empty() || key.starts_with('[') {
-        return None;
-    }
-    let table = lines[..line - 1]
-        .iter()
-        .rev()
-        .map(|l| l.trim())
-        .find(|l| l.starts_with('['))
-        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
-    Some(match table {
-        Some(t) => format!("{t}.{key}"),
-        None => key.to_string(),
-    })
-}
-
 /// Line (1-based) of a byte offset.
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())]
@@ -210,6 +189,320 @@ fn line_of(text: &str, offset: usize) -> usize {
         .filter(|&b| b == b'\n')
         .count()
         + 1
+}
+
+/// The key path serde_path_to_error reports, without the private keys
+/// through which toml hands over a `Spanned` value.
+fn key_path(path: &serde_path_to_error::Path) -> String {
+    path.iter()
+        .filter(|seg| !matches!(seg, serde_path_to_error::Segment::Map { key } if key.starts_with("$__")))
+        .fold(String::new(), |mut out, seg| {
+            match seg {
+                serde_path_to_error::Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+                other => {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(&other.to_string());
+                }
+            }
+            out
+        })
+}
+
+/// Checks of a file already parsed: each knows the file's text (for lines)
+/// and where relative paths are anchored.
+struct Checker<'t> {
+    text: &'t str,
+    shown: String,
+    base: PathBuf,
+}
+
+impl Checker<'_> {
+    /// An error about `key` in the table whose span is `span`.
+    fn error(&self, span: Option<&std::ops::Range<usize>>, e: ValidationError) -> ConfigError {
+        ConfigError {
+            file: self.shown.clone(),
+            line: span.map(|s| line_of(self.text, s.start)),
+            message: e.to_string(),
+        }
+    }
+
+    fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base.join(p)
+        }
+    }
+
+    fn interval(&self, interval: Option<DurationQ>) -> Result<Duration, ConfigError> {
+        let interval = interval.map(|d| d.0).unwrap_or(Duration::from_secs(1));
+        if interval < Duration::from_millis(100) || interval > Duration::from_secs(60) {
+            let line = self
+                .text
+                .lines()
+                .position(|l| l.trim_start().starts_with("interval"))
+                .map(|i| i + 1);
+            return Err(ConfigError {
+                file: self.shown.clone(),
+                line,
+                message: ValidationError::new(
+                    "interval",
+                    format!("must be between 100ms and 60s, got {interval:?}"),
+                )
+                .to_string(),
+            });
+        }
+        Ok(interval)
+    }
+
+    fn policy(
+        &self,
+        section: Option<Spanned<PolicySection>>,
+    ) -> Result<(PolicyKind, PolicyParams), ConfigError> {
+        let (span, section) = match section {
+            Some(p) => (Some(p.span()), p.into_inner()),
+            None => (None, PolicySection::default()),
+        };
+        let policy: PolicyKind =
+            section
+                .kind
+                .parse()
+                .map_err(|e: iofloor_core::policy::UnknownPolicy| {
+                    self.error(
+                        span.as_ref(),
+                        ValidationError::new("policy.kind", e.to_string()),
+                    )
+                })?;
+        let params = PolicyParams {
+            floor: section.floor,
+            top_throttle: section.top_throttle,
+        };
+        params
+            .validate()
+            .map_err(|e| self.error(span.as_ref(), e))?;
+        Ok((policy, params))
+    }
+
+    fn api(&self, section: Option<Spanned<ApiSection>>) -> Result<ApiConfig, ConfigError> {
+        let (span, section) = match section {
+            Some(a) => (Some(a.span()), a.into_inner()),
+            None => (None, ApiSection::default()),
+        };
+        let bad = |key: &str, message: String| {
+            self.error(
+                span.as_ref(),
+                ValidationError::new(key, message).under("api"),
+            )
+        };
+        let listen = match section.listen.as_deref().unwrap_or(DEFAULT_LISTEN) {
+            "off" => None,
+            addr => Some(addr.parse().map_err(|e| {
+                bad(
+                    "listen",
+                    format!("`{addr}` is not an address such as {DEFAULT_LISTEN} ({e})"),
+                )
+            })?),
+        };
+        let token = match (section.token, section.token_file) {
+            (Some(_), Some(_)) => {
+                return Err(bad(
+                    "token",
+                    "give `api.token` or `api.token_file`, not both".into(),
+                ))
+            }
+            (Some(t), None) => Some(t),
+            (None, Some(f)) => {
+                let f = self.resolve(&f);
+                let t = std::fs::read_to_string(&f)
+                    .map_err(|e| bad("token_file", format!("{}: {e}", f.display())))?;
+                Some(t.trim().to_string())
+            }
+            (None, None) => None,
+        };
+        if token.as_deref() == Some("") {
+            return Err(bad("token", "must not be empty".into()));
+        }
+        Ok(ApiConfig {
+            listen,
+            unix_socket: section.unix_socket.map(|p| self.resolve(&p)),
+            token,
+        })
+    }
+
+    fn device(&self, d: DeviceEntry) -> Result<DeviceConfig, ValidationError> {
+        let (id, path) = match (&d.path, &d.id) {
+            (Some(p), None) => {
+                let id = DevId::of_block_device(p)
+                    .map_err(|e| ValidationError::new("path", e.to_string()))?;
+                (id, Some(p.clone()))
+            }
+            (None, Some(text)) => {
+                let id: DevId = text.parse().map_err(|e: iofloor_host::HostError| {
+                    ValidationError::new("id", e.to_string())
+                })?;
+                (id, None)
+            }
+            _ => {
+                return Err(ValidationError::new(
+                    "path",
+                    "give exactly one of `path` and `id` (major:minor)",
+                ))
+            }
+        };
+        let model = match (d.model, d.model_file, d.calibrate) {
+            (Some(p), None, false) => ModelSource::Inline(
+                CostModel::new(p).map_err(|e| ValidationError::new("model", e.to_string()))?,
+            ),
+            (None, Some(f), false) => ModelSource::File(self.resolve(&f)),
+            (None, None, true) => ModelSource::Calibrate,
+            _ => {
+                return Err(ValidationError::new(
+                    "model",
+                    "give exactly one of `[device.model]`, `model_file` and `calibrate = true`",
+                ))
+            }
+        };
+        let name = d.name.unwrap_or_else(|| match &path {
+            Some(p) => p.display().to_string(),
+            None => id.to_string(),
+        });
+        Ok(DeviceConfig {
+            name,
+            path,
+            id,
+            model,
+        })
+    }
+
+    fn devices(
+        &self,
+        entries: Vec<Spanned<DeviceEntry>>,
+    ) -> Result<Vec<DeviceConfig>, ConfigError> {
+        if entries.is_empty() {
+            return Err(ConfigError {
+                file: self.shown.clone(),
+                line: None,
+                message: "at least one [[device]] is needed".into(),
+            });
+        }
+        let mut devices: Vec<DeviceConfig> = Vec::new();
+        for (i, entry) in entries.into_iter().enumerate() {
+            let span = entry.span();
+            let here = format!("device[{i}]");
+            let d = self
+                .device(entry.into_inner())
+                .map_err(|e| self.error(Some(&span), e.under(&here)))?;
+            if devices.iter().any(|o| o.name == d.name || o.id == d.id) {
+                let e = ValidationError::new(
+                    "name",
+                    format!("device `{}` ({}) is listed twice", d.name, d.id),
+                );
+                return Err(self.error(Some(&span), e.under(&here)));
+            }
+            devices.push(d);
+        }
+        Ok(devices)
+    }
+
+    fn tenant(
+        &self,
+        t: TenantEntry,
+        devices: &[DeviceConfig],
+    ) -> Result<TenantConfig, ValidationError> {
+        if t.name.trim().is_empty()
+            || t.name.contains(['/', '"', '\\'])
+            || t.name.chars().any(char::is_control)
+        {
+            return Err(ValidationError::new(
+                "name",
+                "must be non-empty, without `/`, quotes or control characters",
+            ));
+        }
+        let source = match (t.cgroup, t.qmp, t.drive) {
+            (Some(c), None, None) => {
+                let c = c.trim_start_matches('/').to_string();
+                if c.split('/').any(|part| part == "..") {
+                    return Err(ValidationError::new("cgroup", "`..` is not allowed"));
+                }
+                TenantSource::Cgroup(c)
+            }
+            (None, Some(q), Some(drive)) => TenantSource::Qmp {
+                socket: self.resolve(Path::new(&q)).display().to_string(),
+                drive,
+            },
+            (None, Some(_), None) => {
+                return Err(ValidationError::new(
+                    "drive",
+                    "`qmp` needs `drive` (the drive's id or qdev path)",
+                ))
+            }
+            _ => {
+                return Err(ValidationError::new(
+                    "cgroup",
+                    "give either `cgroup` or `qmp` with `drive`",
+                ))
+            }
+        };
+        let class = t.class.unwrap_or(match source {
+            TenantSource::Cgroup(_) => TenantClass::Container,
+            TenantSource::Qmp { .. } => TenantClass::Vm,
+        });
+        let device = match &t.device {
+            Some(name) => devices
+                .iter()
+                .position(|d| &d.name == name)
+                .ok_or_else(|| {
+                    ValidationError::new("device", format!("no [[device]] named `{name}`"))
+                })?,
+            None if devices.len() == 1 => 0,
+            None => {
+                return Err(ValidationError::new(
+                    "device",
+                    "is needed when there are several devices",
+                ))
+            }
+        };
+        let weight = t.weight.unwrap_or(iofloor_core::model::DEFAULT_WEIGHT);
+        let (floor, ceiling) = (t.floor.map(|f| f.0), t.ceiling.map(|c| c.0));
+        iofloor_core::model::check_promise(floor, ceiling, Some(weight))?;
+        Ok(TenantConfig {
+            name: t.name,
+            source,
+            device,
+            class,
+            floor,
+            ceiling,
+            weight,
+            latency_sensitive: t.latency_sensitive,
+        })
+    }
+
+    fn tenants(
+        &self,
+        entries: Vec<Spanned<TenantEntry>>,
+        devices: &[DeviceConfig],
+    ) -> Result<Vec<TenantConfig>, ConfigError> {
+        let mut tenants: Vec<TenantConfig> = Vec::new();
+        for (i, entry) in entries.into_iter().enumerate() {
+            let span = entry.span();
+            let t = entry.into_inner();
+            // The name helps find the entry; the index is the key path.
+            let here = format!("tenant[{i}]");
+            let named = t.name.clone();
+            let located = |e: ValidationError| {
+                let mut err = self.error(Some(&span), e.under(&here));
+                err.message = format!("{} (tenant `{named}`)", err.message);
+                err
+            };
+            if tenants.iter().any(|o| o.name == t.name) {
+                return Err(located(ValidationError::new("name", "used twice")));
+            }
+            tenants.push(self.tenant(t, devices).map_err(located)?);
+        }
+        Ok(tenants)
+    }
 }
 
 impl Config {
@@ -225,252 +518,46 @@ impl Config {
         Config::parse(&text, path)
     }
 
+    /// The file as written: syntax, types and units. An error names the key
+    /// by its path, as serde walked it, and the line where the parser was.
+    fn read(text: &str, shown: &str) -> Result<File, ConfigError> {
+        let error = |e: toml::de::Error, key: Option<String>| ConfigError {
+            file: shown.to_string(),
+            line: e.span().map(|s| line_of(text, s.start)),
+            message: match key.filter(|k| !k.is_empty()) {
+                Some(key) => format!("`{key}`: {}", e.message().trim()),
+                None => e.message().trim().to_string(),
+            },
+        };
+        let de = toml::Deserializer::parse(text).map_err(|e| error(e, None))?;
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = key_path(e.path());
+            error(e.into_inner(), Some(key))
+        })
+    }
+
     /// Parses config text; `path` names it in errors and anchors relative paths.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let shown = path.display().to_string();
-        let err = |line: Option<usize>, message: String| ConfigError {
-            file: shown.clone(),
-            line,
-            message,
+        let file = Config::read(text, &shown)?;
+        let check = Checker {
+            text,
+            shown,
+            base: path.parent().unwrap_or(Path::new(".")).to_path_buf(),
         };
-        let file: File = toml::from_str(text).map_err(|e| {
-            let line = e.span().map(|s| line_of(text, s.start));
-            // The parser's message says what is wrong with a value but not
-            // which key held it: name it from the line and its table.
-            let message = match line.and_then(|l| key_at(text, l)) {
-                Some(key) => format!("`{key}`: {}", e.message().trim()),
-                None => e.message().trim().to_string(),
-            };
-            err(line, message)
-        })?;
-        let at = |span: std::ops::Range<usize>| Some(line_of(text, span.start));
-        let base = path.parent().unwrap_or(Path::new("."));
-        let resolve = |p: &Path| {
-            if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                base.join(p)
-            }
-        };
-
-        let interval = file.interval.map(|d| d.0).unwrap_or(Duration::from_secs(1));
-        if interval < Duration::from_millis(100) || interval > Duration::from_secs(60) {
-            let line = text
-                .lines()
-                .position(|l| l.trim_start().starts_with("interval"))
-                .map(|i| i + 1);
-            return Err(err(
-                line,
-                format!("`interval` must be between 100ms and 60s, got {interval:?}"),
-            ));
-        }
-
-        let (policy_span, policy_section) = match file.policy {
-            Some(p) => (p.span(), p.into_inner()),
-            None => (0..0, PolicySection::default()),
-        };
-        let policy: PolicyKind =
-            policy_section
-                .kind
-                .parse()
-                .map_err(|e: iofloor_core::policy::UnknownPolicy| {
-                    err(at(policy_span.clone()), format!("`policy.kind`: {e}"))
-                })?;
-        let params = PolicyParams {
-            floor: policy_section.floor,
-            top_throttle: policy_section.top_throttle,
-        };
-        params
-            .validate()
-            .map_err(|m| err(at(policy_span.clone()), m.to_string()))?;
-
-        let (api_span, api_section) = match file.api {
-            Some(a) => (a.span(), a.into_inner()),
-            None => (0..0, ApiSection::default()),
-        };
-        let listen = match api_section.listen.as_deref().unwrap_or(DEFAULT_LISTEN) {
-            "off" => None,
-            addr => Some(addr.parse().map_err(|e| {
-                err(
-                    at(api_span.clone()),
-                    format!(
-                        "`api.listen`: `{addr}` is not an address such as {DEFAULT_LISTEN} ({e})"
-                    ),
-                )
-            })?),
-        };
-        let token = match (api_section.token, api_section.token_file) {
-            (Some(_), Some(_)) => {
-                return Err(err(
-                    at(api_span),
-                    "give `api.token` or `api.token_file`, not both".into(),
-                ))
-            }
-            (Some(t), None) => Some(t),
-            (None, Some(f)) => {
-                let f = resolve(&f);
-                let t = std::fs::read_to_string(&f).map_err(|e| {
-                    err(
-                        at(api_span.clone()),
-                        format!("`api.token_file` {}: {e}", f.display()),
-                    )
-                })?;
-                Some(t.trim().to_string())
-            }
-            (None, None) => None,
-        };
-        if token.as_deref() == Some("") {
-            return Err(err(at(api_span), "`api.token` must not be empty".into()));
-        }
-        let api = ApiConfig {
-            listen,
-            unix_socket: api_section.unix_socket.map(|p| resolve(&p)),
-            token,
-        };
-
-        if file.devices.is_empty() {
-            return Err(err(None, "at least one [[device]] is needed".into()));
-        }
-        let mut devices: Vec<DeviceConfig> = Vec::new();
-        for (i, entry) in file.devices.into_iter().enumerate() {
-            let line = at(entry.span());
-            let d = entry.into_inner();
-            let here = format!("device[{i}]");
-            let (id, path) = match (&d.path, &d.id) {
-                (Some(p), None) => {
-                    let id = DevId::of_block_device(p)
-                        .map_err(|e| err(line, format!("{here} `path`: {e}")))?;
-                    (id, Some(p.clone()))
-                }
-                (None, Some(text)) => {
-                    let id: DevId = text
-                        .parse()
-                        .map_err(|e| err(line, format!("{here} `id`: {e}")))?;
-                    (id, None)
-                }
-                _ => {
-                    return Err(err(
-                        line,
-                        format!("{here}: give exactly one of `path` and `id` (major:minor)"),
-                    ))
-                }
-            };
-            let model = match (d.model, d.model_file, d.calibrate) {
-                (Some(p), None, false) => {
-                    ModelSource::Inline(CostModel::new(p).map_err(|e| err(line, format!("{here} `model`: {e}")))?)
-                }
-                (None, Some(f), false) => ModelSource::File(resolve(&f)),
-                (None, None, true) => ModelSource::Calibrate,
-                _ => {
-                    return Err(err(
-                        line,
-                        format!("{here}: give exactly one of `[device.model]`, `model_file` and `calibrate = true`"),
-                    ))
-                }
-            };
-            let name = d.name.unwrap_or_else(|| match &path {
-                Some(p) => p.display().to_string(),
-                None => id.to_string(),
-            });
-            if devices.iter().any(|o| o.name == name || o.id == id) {
-                return Err(err(
-                    line,
-                    format!("{here}: device `{name}` ({id}) is listed twice"),
-                ));
-            }
-            devices.push(DeviceConfig {
-                name,
-                path,
-                id,
-                model,
-            });
-        }
-
-        let mut tenants: Vec<TenantConfig> = Vec::new();
-        for (i, entry) in file.tenants.into_iter().enumerate() {
-            let line = at(entry.span());
-            let t = entry.into_inner();
-            let here = format!("tenant[{i}] `{}`", t.name);
-            if t.name.trim().is_empty()
-                || t.name.contains(['/', '"', '\\'])
-                || t.name.chars().any(char::is_control)
-            {
-                return Err(err(line, format!("tenant[{i}] `name`: must be non-empty, without `/`, quotes or control characters")));
-            }
-            if tenants.iter().any(|o| o.name == t.name) {
-                return Err(err(line, format!("{here}: `name` used twice")));
-            }
-            let source = match (t.cgroup, t.qmp, t.drive) {
-                (Some(c), None, None) => {
-                    let c = c.trim_start_matches('/').to_string();
-                    if c.split('/').any(|part| part == "..") {
-                        return Err(err(line, format!("{here} `cgroup`: `..` is not allowed")));
-                    }
-                    TenantSource::Cgroup(c)
-                }
-                (None, Some(q), Some(drive)) => TenantSource::Qmp {
-                    socket: resolve(Path::new(&q)).display().to_string(),
-                    drive,
-                },
-                (None, Some(_), None) => {
-                    return Err(err(
-                        line,
-                        format!("{here}: `qmp` needs `drive` (the drive's id or qdev path)"),
-                    ))
-                }
-                _ => {
-                    return Err(err(
-                        line,
-                        format!("{here}: give either `cgroup` or `qmp` with `drive`"),
-                    ))
-                }
-            };
-            let class = t.class.unwrap_or(match source {
-                TenantSource::Cgroup(_) => TenantClass::Container,
-                TenantSource::Qmp { .. } => TenantClass::Vm,
-            });
-            let device = match &t.device {
-                Some(name) => devices
-                    .iter()
-                    .position(|d| &d.name == name)
-                    .ok_or_else(|| {
-                        err(
-                            line,
-                            format!("{here} `device`: no [[device]] named `{name}`"),
-                        )
-                    })?,
-                None if devices.len() == 1 => 0,
-                None => {
-                    return Err(err(
-                        line,
-                        format!("{here}: `device` is needed when there are several devices"),
-                    ))
-                }
-            };
-            let weight = t.weight.unwrap_or(iofloor_core::model::DEFAULT_WEIGHT);
-            let (floor, ceiling) = (t.floor.map(|f| f.0), t.ceiling.map(|c| c.0));
-            iofloor_core::model::check_promise(floor, ceiling, Some(weight))
-                .map_err(|m| err(line, format!("{here}: {m}")))?;
-            tenants.push(TenantConfig {
-                name: t.name,
-                source,
-                device,
-                class,
-                floor,
-                ceiling,
-                weight,
-                latency_sensitive: t.latency_sensitive,
-            });
-        }
-
+        let interval = check.interval(file.interval)?;
+        let (policy, params) = check.policy(file.policy)?;
+        let api = check.api(file.api)?;
+        let devices = check.devices(file.devices)?;
+        let tenants = check.tenants(file.tenants, &devices)?;
         Ok(Config {
             file: path.to_path_buf(),
             interval,
             state_file: file
                 .state_file
-                .map(|p| resolve(&p))
+                .map(|p| check.resolve(&p))
                 .unwrap_or_else(|| DEFAULT_STATE_FILE.into()),
-            cgroup_root: file.cgroup_root.map(|p| resolve(&p)),
+            cgroup_root: file.cgroup_root.map(|p| check.resolve(&p)),
             policy,
             params,
             api,
@@ -572,7 +659,7 @@ weight = 200
         assert_eq!(e.file, "/etc/iofloor/test.toml");
         assert_eq!(e.line, Some(28), "{e}");
         assert!(
-            e.message.contains("furlongs") && e.message.contains("`tenant.floor`"),
+            e.message.contains("furlongs") && e.message.contains("`tenant[0].floor`"),
             "{e}"
         );
 
@@ -582,7 +669,9 @@ weight = 200
 
         let e = error_of(&GOOD.replace("ceiling = \"20 MiB/s\"", "ceiling = \"5 MiB/s\""));
         assert!(
-            e.message.contains("tenant[1] `vm1`") && e.message.contains("below `floor`"),
+            e.message.contains("`tenant[1].ceiling`")
+                && e.message.contains("below `floor`")
+                && e.message.contains("(tenant `vm1`)"),
             "{e}"
         );
         assert_eq!(e.line, Some(30), "the line of the tenant's table: {e}");
@@ -603,10 +692,10 @@ weight = 200
         assert!(e.message.contains("api.listen"), "{e}");
 
         let e = error_of(&GOOD.replace("weight = 200", "weight = -1"));
-        assert!(e.message.contains("`weight`"), "{e}");
+        assert!(e.message.contains("`tenant[1].weight`"), "{e}");
 
         let e = error_of(&GOOD.replace("rrandiops = 2000", "rrandiops = 0"));
-        assert!(e.message.contains("device[0] `model`"), "{e}");
+        assert!(e.message.contains("`device[0].model`"), "{e}");
 
         let e = error_of(&GOOD.replace("cgroup = \"/kubepods*/pod*\"", "cgroup = \"../../etc\""));
         assert!(e.message.contains("`..`"), "{e}");

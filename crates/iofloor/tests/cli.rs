@@ -245,18 +245,18 @@ fn run_refuses_a_bad_config_with_file_line_and_key_and_leaves_nothing() {
     for (edit, needle) in [
         (
             good.replace("floor = \"100 IOPS\"", "floor = \"100 IOPZ\""),
-            "iofloor.toml:10: `tenant.floor`",
+            "iofloor.toml:10: `tenant[0].floor`",
         ),
         (
             good.replace(
                 "floor = \"100 IOPS\"",
                 "floor = \"100 IOPS\"\nceilin = \"5 IOPS\"",
             ),
-            "iofloor.toml:11: `tenant.ceilin`: unknown field",
+            "iofloor.toml:11: `tenant[0].ceilin`: unknown field",
         ),
         (
             good.replace("id = \"7:0\"", "id = \"seven\""),
-            "iofloor.toml:4: device[0] `id`",
+            "iofloor.toml:4: `device[0].id`",
         ),
         (
             good.replace("[api]\nlisten = \"off\"", "[api]\nlisten = \"here\""),
