@@ -126,9 +126,7 @@ impl Service {
             d.backend.cgroups.remove_tenant(name);
         }
         if restored {
-            if let Err(e) = self.ownership.forget(name) {
-                warn!("state file: {e}");
-            }
+            self.ownership.forget(name);
         }
         let view = {
             let mut view = self.shared.view.lock().unwrap();
@@ -141,8 +139,8 @@ impl Service {
         restored
     }
 
-    /// Adopts a found tenant: records its current limits (on disk) before
-    /// anything is written to it.
+    /// Adopts a found tenant: stages its current limits for the state file,
+    /// which [`Service::reconcile`] writes before anything is written to it.
     pub(super) fn adopt(&mut self, found: Found) {
         let entry = &self.config.tenants[found.entry];
         let device = entry.device;
@@ -183,14 +181,11 @@ impl Service {
                 }
             }
         };
-        if let Err(e) = self.ownership.record(Entry {
+        // On disk with the reconcile's flush, before the controller's next write.
+        self.ownership.stage(Entry {
             tenant: found.name.clone(),
             original,
-        }) {
-            warn!(tenant = %found.name, "not adopted, the state file cannot be written: {e}");
-            d.backend.qmp.remove_tenant(&found.name);
-            return;
-        }
+        });
         if let FoundKind::Cgroup(rel) = &found.kind {
             d.backend.cgroups.add_tenant(&found.name, rel.clone());
         }
@@ -214,6 +209,18 @@ impl Service {
                 error: None,
             },
         );
+    }
+
+    /// Undoes an adoption whose record never reached the disk: nothing was
+    /// written to the tenant, so nothing is restored.
+    fn abandon(&mut self, name: &str) {
+        if let Some(t) = self.tenants.remove(name) {
+            let d = &mut self.devices[t.device];
+            d.controller.remove_tenant(name);
+            d.backend.qmp.remove_tenant(name);
+            d.backend.cgroups.remove_tenant(name);
+        }
+        self.ownership.forget(name);
     }
 
     /// Logs a tenant that cannot be adopted once, not every interval.
@@ -245,13 +252,23 @@ impl Service {
         }
         self.failed_adoptions
             .retain(|n, _| present.contains(n.as_str()));
+        let mut adopted = Vec::new();
         for f in found {
             let moved = self.tenants.get(&f.name).is_some_and(|t| t.found != f);
             if moved {
                 self.release(&f.name);
             }
             if !self.tenants.contains_key(&f.name) {
+                adopted.push(f.name.clone());
                 self.adopt(f);
+            }
+        }
+        if let Err(e) = self.ownership.flush() {
+            // Their limits are not on disk: they must not be written to.
+            adopted.retain(|n| self.tenants.contains_key(n.as_str()));
+            for name in &adopted {
+                warn!(tenant = %name, "not adopted, the state file cannot be written: {e}");
+                self.abandon(name);
             }
         }
     }

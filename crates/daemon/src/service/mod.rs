@@ -152,6 +152,14 @@ impl Service {
         }
     }
 
+    /// One control interval at `now` (time since start), as [`Service::run`]
+    /// does each interval: discovery, every device's controller, publishing.
+    /// Returns the longest decision time. For benchmarks and tests that drive
+    /// the clock themselves.
+    pub fn step(&mut self, now: Duration) -> Duration {
+        self.tick(now)
+    }
+
     /// Runs until `Shutdown` (or every sender is gone), then restores every
     /// limit it set and removes the state file.
     pub fn run(mut self, commands: Receiver<Command>) -> anyhow::Result<()> {
@@ -202,6 +210,7 @@ impl Service {
             }
         }
         if failed > 0 {
+            self.ownership.flush()?;
             anyhow::bail!("{failed} tenants' limits could not be restored; the state file keeps them for the next start");
         }
         self.ownership.finish()?;
