@@ -105,7 +105,7 @@ proptest! {
         let ctx = PolicyContext { cost, capacity: 1.0 };
         let mut policy = build(PolicyKind::Floor, &PolicyParams { floor: params, ..Default::default() }, ctx);
         let mut caps = vec![Caps::NONE; cases.len()];
-        for step in 0..12 {
+        for (step, &avg_queue) in queue.iter().enumerate() {
             // Each tenant gets what it asks, held to its cap (as blk-throttle would).
             let samples: Vec<TenantSample> = cases.iter().zip(&specs).zip(&caps).map(|((c, spec), cap)| {
                 let wanted = c.demand[step] * c.floor_share.max(0.01);
@@ -120,7 +120,7 @@ proptest! {
             let snap = Snapshot {
                 now: Duration::from_secs(step as u64),
                 interval: Duration::from_secs(1),
-                device: Some(DeviceSample { utilisation: 1.0, avg_queue: queue[step] }),
+                device: Some(DeviceSample { utilisation: 1.0, avg_queue }),
                 tenants: &samples,
             };
             caps = policy.decide(&snap);

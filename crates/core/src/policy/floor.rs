@@ -36,7 +36,7 @@
 
 use super::{MixMemory, Policy, PolicyContext};
 use crate::error::ValidationError;
-use crate::model::{Caps, Snapshot, TenantClass};
+use crate::model::{Caps, Snapshot, TenantClass, Usage};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -242,7 +242,52 @@ impl Policy for FloorPolicy {
     }
 
     fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
-        let p = &self.params;
+        let priced = self.price(snapshot);
+        let device = self.judge_device(snapshot, &priced);
+        let tenants = self.estimate_demand(snapshot, &priced, &device);
+        let shares = self.share(&tenants, &device);
+        let caps = self.caps(&priced, &device, &tenants, &shares);
+        self.remember(snapshot, &priced, &caps)
+    }
+}
+
+/// Step 1's result: the interval's usage and floors in cost units.
+struct Pricing {
+    /// Each tenant's I/O mix (remembered while it is idle).
+    mixes: Vec<Option<Usage>>,
+    /// What the policy held for each tenant after the last interval.
+    prev: Vec<TenantState>,
+    /// Cost rate used this interval.
+    usage: Vec<f64>,
+    total: f64,
+    /// Cost of each floor at the tenant's mix (0 without one).
+    floor_costs: Vec<f64>,
+    /// Each tenant's best latency seen, for starvation (step 3).
+    latency_floor: Vec<Option<f64>>,
+}
+
+/// Step 2's result: what the device can do and whether it is contended.
+struct DeviceVerdict {
+    capacity: f64,
+    contended: bool,
+    /// The queue (or, without a knee, the load) says the device is saturated.
+    overloaded: bool,
+    /// What step 4 shares out: the target share of capacity, or everything
+    /// when fewer than two tenants compete.
+    to_share: f64,
+}
+
+/// Step 4's result.
+struct Shares {
+    alloc: Vec<f64>,
+    /// The part of each allocation that is the tenant's floor (or its demand, if smaller).
+    entitlement: Vec<f64>,
+}
+
+impl FloorPolicy {
+    /// Step 1: price each tenant's usage and floor in cost units with the
+    /// cost model and the tenant's own I/O mix.
+    fn price(&mut self, snapshot: &Snapshot) -> Pricing {
         let cost = &self.ctx.cost;
         let n = snapshot.tenants.len();
         let mixes: Vec<_> = snapshot
@@ -259,7 +304,6 @@ impl Policy for FloorPolicy {
                 .collect();
             self.state.retain(|k, _| live.contains(k.as_str()));
         }
-
         let prev: Vec<TenantState> = snapshot
             .tenants
             .iter()
@@ -287,9 +331,36 @@ impl Policy for FloorPolicy {
                     .unwrap_or(0.0)
             })
             .collect();
+        let latency_floor: Vec<Option<f64>> = snapshot
+            .tenants
+            .iter()
+            .zip(&prev)
+            .map(|(t, st)| {
+                let seen = t.usage.and_then(|u| u.latency_us).filter(|l| *l > 0.0);
+                match (st.latency_floor_us, seen) {
+                    (Some(b), Some(l)) => Some(l.min(b * LATENCY_BASELINE_DRIFT)),
+                    (b, l) => b.or(l),
+                }
+            })
+            .collect();
+        Pricing {
+            mixes,
+            prev,
+            usage,
+            total,
+            floor_costs,
+            latency_floor,
+        }
+    }
+
+    /// Step 2: learn the device's capacity from a saturated queue, and decide
+    /// whether it is contended (crate::judge).
+    fn judge_device(&mut self, snapshot: &Snapshot, priced: &Pricing) -> DeviceVerdict {
+        let p = &self.params;
+        let (usage, total) = (&priced.usage, priced.total);
         // A learned capacity never goes below what the floors need: one
         // interval's measurement must not break a promise.
-        let floors_need = floor_costs.iter().sum::<f64>() / p.target_utilisation;
+        let floors_need = priced.floor_costs.iter().sum::<f64>() / p.target_utilisation;
         let queue_overloaded = match (p.queue_knee, snapshot.device) {
             (Some(knee), Some(dev)) => Some(dev.avg_queue > knee),
             _ => None,
@@ -301,7 +372,7 @@ impl Policy for FloorPolicy {
         // the estimate down by the target utilisation every interval.
         let device_bound = usage
             .iter()
-            .zip(&prev)
+            .zip(&priced.prev)
             .any(|(&u, st)| u > 0.0 && st.cap.is_none_or(|cap| u < HELD_AT_CAP * cap));
         self.capacity_est = match queue_overloaded {
             // Saturated below the model's capacity: the device does less than modelled.
@@ -318,58 +389,60 @@ impl Policy for FloorPolicy {
             snapshot.device.map(|d| d.avg_queue),
             p.queue_knee,
         );
-        let overloaded = queue_overloaded.unwrap_or(contended);
         // Only tenants doing I/O compete; one alone needs no cap but its ceiling.
         let active = usage.iter().filter(|&&u| u > 0.0).count();
-        let capacity_to_share = if active >= 2 {
-            p.target_utilisation * capacity
-        } else {
-            f64::INFINITY
-        };
-        let latency_floor: Vec<Option<f64>> = snapshot
-            .tenants
-            .iter()
-            .zip(&prev)
-            .map(|(t, st)| {
-                let seen = t.usage.and_then(|u| u.latency_us).filter(|l| *l > 0.0);
-                match (st.latency_floor_us, seen) {
-                    (Some(b), Some(l)) => Some(l.min(b * LATENCY_BASELINE_DRIFT)),
-                    (b, l) => b.or(l),
-                }
-            })
-            .collect();
+        DeviceVerdict {
+            capacity,
+            contended,
+            overloaded: queue_overloaded.unwrap_or(contended),
+            to_share: if active >= 2 {
+                p.target_utilisation * capacity
+            } else {
+                f64::INFINITY
+            },
+        }
+    }
 
-        let priced: Vec<Priced> = snapshot
+    /// Step 3: what each tenant wants this interval (module doc, step 3).
+    fn estimate_demand(
+        &self,
+        snapshot: &Snapshot,
+        priced: &Pricing,
+        device: &DeviceVerdict,
+    ) -> Vec<Priced> {
+        let p = &self.params;
+        let cost = &self.ctx.cost;
+        snapshot
             .tenants
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let mix = mixes[i].unwrap_or_default();
-                let floor = floor_costs[i];
+                let mix = priced.mixes[i].unwrap_or_default();
+                let floor = priced.floor_costs[i];
                 let ceiling = t
                     .spec
                     .ceiling
                     .and_then(|c| cost.rate_to_cost(c, &mix))
                     .unwrap_or(f64::INFINITY);
-                let u = usage[i];
-                let pressing = prev[i].cap.is_some_and(|cap| u >= p.pressing * cap);
+                let u = priced.usage[i];
+                let pressing = priced.prev[i].cap.is_some_and(|cap| u >= p.pressing * cap);
                 let latency = t.usage.and_then(|u| u.latency_us);
                 let starved = u > 0.0
                     && u < floor
-                    && match (latency, latency_floor[i]) {
+                    && match (latency, priced.latency_floor[i]) {
                         (Some(l), Some(base)) => l > p.latency_factor * base,
-                        _ => overloaded,
+                        _ => device.overloaded,
                     };
                 // A latency-sensitive container under contention wants its fast
                 // path back: what VMs hold above their floors (seed 000).
                 let fast_path = p.class_priority
-                    && contended
+                    && device.contended
                     && u > 0.0
                     && t.spec.latency_sensitive
                     && t.spec.class == TenantClass::Container;
                 let demand = if pressing {
                     f64::INFINITY
-                } else if fast_path && overloaded {
+                } else if fast_path && device.overloaded {
                     // The queue, not its own depth, holds it back: all it can get.
                     f64::INFINITY
                 } else if fast_path {
@@ -395,26 +468,31 @@ impl Policy for FloorPolicy {
                     starved,
                 }
             })
-            .collect();
+            .collect()
+    }
 
-        // Water-fill the target: entitlements first, then the rest by weight.
-        let budget = capacity_to_share;
-        let mut alloc: Vec<f64> = priced.iter().map(|t| t.floor.min(t.demand)).collect();
+    /// Step 4: water-fill the target share: entitlements first, then the
+    /// rest by weight up to demand and ceiling (containers before VMs with
+    /// `class_priority`).
+    fn share(&self, tenants: &[Priced], device: &DeviceVerdict) -> Shares {
+        let n = tenants.len();
+        let budget = device.to_share;
+        let mut alloc: Vec<f64> = tenants.iter().map(|t| t.floor.min(t.demand)).collect();
         let entitled: f64 = alloc.iter().sum();
         if budget.is_infinite() {
-            alloc = priced.iter().map(|t| t.demand).collect();
+            alloc = tenants.iter().map(|t| t.demand).collect();
         } else if entitled > budget {
             // Floors exceed the device: shrink every entitlement alike.
             let k = budget / entitled;
             alloc.iter_mut().for_each(|a| *a *= k);
         } else {
-            let want: Vec<f64> = priced.iter().map(|t| t.demand).collect();
-            let weight: Vec<f64> = priced.iter().map(|t| t.weight).collect();
+            let want: Vec<f64> = tenants.iter().map(|t| t.demand).collect();
+            let weight: Vec<f64> = tenants.iter().map(|t| t.weight).collect();
             let mut left = budget - entitled;
-            let groups: Vec<Vec<usize>> = if p.class_priority {
+            let groups: Vec<Vec<usize>> = if self.params.class_priority {
                 [TenantClass::Container, TenantClass::Vm]
                     .iter()
-                    .map(|c| (0..n).filter(|&i| priced[i].class == *c).collect())
+                    .map(|c| (0..n).filter(|&i| tenants[i].class == *c).collect())
                     .collect()
             } else {
                 vec![(0..n).collect()]
@@ -425,14 +503,30 @@ impl Policy for FloorPolicy {
         }
         let entitlement: Vec<f64> = alloc
             .iter()
-            .zip(&priced)
+            .zip(tenants)
             .map(|(&a, t)| a.min(t.floor.min(t.demand)))
             .collect();
+        Shares { alloc, entitlement }
+    }
 
-        let any_starved = priced.iter().any(|t| t.starved);
-        let caps: Vec<Option<f64>> = (0..n)
-            .map(|i| {
-                let t = &priced[i];
+    /// Step 5: caps only where demand exceeds the share; tighten at once,
+    /// loosen by at most `release_factor` an interval, never below the
+    /// entitlement (with the enforcement margin). In cost units; `None` is no cap.
+    fn caps(
+        &self,
+        priced: &Pricing,
+        device: &DeviceVerdict,
+        tenants: &[Priced],
+        shares: &Shares,
+    ) -> Vec<Option<f64>> {
+        let p = &self.params;
+        let capacity = device.capacity;
+        let any_starved = tenants.iter().any(|t| t.starved);
+        tenants
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let prev_cap = priced.prev[i].cap;
                 let limited = |c: f64| -> Option<f64> {
                     if c >= capacity && t.ceiling >= capacity {
                         None
@@ -440,14 +534,14 @@ impl Policy for FloorPolicy {
                         Some(c.min(t.ceiling).max(MIN_CAP * capacity))
                     }
                 };
-                let grow = |c: f64| match prev[i].cap {
+                let grow = |c: f64| match prev_cap {
                     Some(old) if c > old => c.min(old * p.release_factor),
                     _ => c,
                 };
-                let satisfied = alloc[i] >= t.demand;
-                if satisfied || (!contended && !t.pressing) {
+                let satisfied = shares.alloc[i] >= t.demand;
+                if satisfied || (!device.contended && !t.pressing) {
                     // Nothing to hold back: loosen what is there, step by step.
-                    return match prev[i].cap {
+                    return match prev_cap {
                         Some(old) => limited(old * p.release_factor),
                         None => t.ceiling.is_finite().then_some(t.ceiling),
                     };
@@ -456,14 +550,24 @@ impl Policy for FloorPolicy {
                 // the others leave, not only the target's share of it; holding
                 // its deep queue back would help no one and waste the device.
                 let share = if t.fast_path && !any_starved {
-                    alloc[i].max(capacity - (total - usage[i]))
+                    shares.alloc[i].max(capacity - (priced.total - priced.usage[i]))
                 } else {
-                    alloc[i]
+                    shares.alloc[i]
                 };
-                limited(grow(share).max(entitlement[i] * ENFORCEMENT_MARGIN))
+                limited(grow(share).max(shares.entitlement[i] * ENFORCEMENT_MARGIN))
             })
-            .collect();
+            .collect()
+    }
 
+    /// Keeps each tenant's cap and latency baseline for the next interval,
+    /// and turns the caps into kernel limits at the tenant's mix.
+    fn remember(
+        &mut self,
+        snapshot: &Snapshot,
+        priced: &Pricing,
+        caps: &[Option<f64>],
+    ) -> Vec<Caps> {
+        let cost = self.ctx.cost;
         snapshot
             .tenants
             .iter()
@@ -473,10 +577,10 @@ impl Policy for FloorPolicy {
                     t.spec.name.clone(),
                     TenantState {
                         cap: caps[i],
-                        latency_floor_us: latency_floor[i],
+                        latency_floor_us: priced.latency_floor[i],
                     },
                 );
-                match (caps[i], mixes[i]) {
+                match (caps[i], priced.mixes[i]) {
                     (Some(c), Some(mix)) => cost.caps_for_cost(c, &mix),
                     // A limit on a tenant we have never seen do I/O: price it as 4 KiB random.
                     (Some(c), None) => cost.caps_for_cost(c, &Default::default()),

@@ -210,7 +210,7 @@ pub fn lag(args: LagArgs) -> anyhow::Result<()> {
         cgroup_root,
         json,
     } = args;
-    if !(cap.is_finite() && cap >= 1.0) || !(1..=100).contains(&trials) {
+    if !(cap.is_finite() && cap >= 1.0 && (1..=100).contains(&trials)) {
         return Err(bad("--cap must be at least 1 and --trials 1..100"));
     }
     iofloor_host::fio::check_version().map_err(|e| bad(e.to_string()))?;

@@ -42,7 +42,8 @@ impl Cgroups {
     }
 
     /// Starts fio in a cgroup: direct I/O on `device` (blk-throttle limits
-    /// only direct I/O).
+    /// only direct I/O). The arguments are fio's own flags, one each.
+    #[allow(clippy::too_many_arguments)]
     pub fn fio(
         &mut self,
         name: &str,
