@@ -39,7 +39,7 @@ impl CgroupBackend {
     fn cgroup(&self, tenant: &TenantSpec) -> Result<&PathBuf, HostError> {
         self.cgroups
             .get(&tenant.name)
-            .ok_or_else(|| HostError::Invalid(format!("tenant `{}` has no cgroup", tenant.name)))
+            .ok_or_else(|| HostError::UnknownTenant(tenant.name.clone()))
     }
 }
 

@@ -28,7 +28,7 @@ impl std::fmt::Display for DevId {
 impl std::str::FromStr for DevId {
     type Err = HostError;
     fn from_str(s: &str) -> Result<DevId> {
-        let bad = || HostError::Invalid(format!("`{s}` is not a device number MAJ:MIN"));
+        let bad = || HostError::not_usable(format!("`{s}`"), "is not a device number MAJ:MIN");
         let (a, b) = s.trim().split_once(':').ok_or_else(bad)?;
         Ok(DevId {
             major: a.parse().map_err(|_| bad())?,
@@ -44,10 +44,10 @@ impl DevId {
         use std::os::unix::fs::FileTypeExt;
         let meta = fs::metadata(path).map_err(|e| HostError::io(path, e))?;
         if !meta.file_type().is_block_device() {
-            return Err(HostError::Invalid(format!(
-                "{} is not a block device",
-                path.display()
-            )));
+            return Err(HostError::not_usable(
+                path.display(),
+                "is not a block device",
+            ));
         }
         let st = rustix::fs::stat(path).map_err(|e| HostError::io(path, e.into()))?;
         Ok(DevId {
@@ -63,7 +63,7 @@ impl DevId {
         target
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
-            .ok_or_else(|| HostError::Invalid(format!("{} has no device name", link.display())))
+            .ok_or_else(|| HostError::not_usable(link.display(), "has no device name"))
     }
 }
 
@@ -85,16 +85,18 @@ pub fn detect(root: &Path) -> Result<Version> {
         if text.split_whitespace().any(|c| c == "io") {
             return Ok(Version::V2);
         }
-        return Err(HostError::Invalid(format!(
-            "{}: cgroup v2 without the io controller (controllers: {})",
+        return Err(HostError::not_usable(
             root.display(),
-            text.trim()
-        )));
+            format!(
+                "cgroup v2 without the io controller (controllers: {})",
+                text.trim()
+            ),
+        ));
     }
-    Err(HostError::Invalid(format!(
-        "{}: neither a cgroup v1 blkio hierarchy nor a cgroup v2 one (is blkio mounted?)",
-        root.display()
-    )))
+    Err(HostError::not_usable(
+        root.display(),
+        "neither a cgroup v1 blkio hierarchy nor a cgroup v2 one (is blkio mounted?)",
+    ))
 }
 
 /// One cgroup I/O controller for one device.
@@ -162,11 +164,11 @@ impl BlkioV1 {
             match (f.next(), f.next(), f.next()) {
                 (Some(d), Some(op), Some(v)) if d == dev => {
                     let v: u64 = v.parse().map_err(|_| {
-                        HostError::Invalid(format!(
-                            "{}:{}: `{line}` is not `MAJ:MIN OP COUNT`",
-                            path.display(),
-                            n + 1
-                        ))
+                        HostError::malformed(
+                            path,
+                            Some(n + 1),
+                            format!("`{line}` is not `MAJ:MIN OP COUNT`"),
+                        )
                     })?;
                     match op {
                         "Read" => r = v,
@@ -188,10 +190,7 @@ impl BlkioV1 {
             if let (Some(d), Some(v)) = (f.next(), f.next()) {
                 if d == dev {
                     let v: f64 = v.parse().map_err(|_| {
-                        HostError::Invalid(format!(
-                            "{}: `{line}` is not `MAJ:MIN LIMIT`",
-                            path.display()
-                        ))
+                        HostError::malformed(path, None, format!("`{line}` is not `MAJ:MIN LIMIT`"))
                     })?;
                     return Ok((v > 0.0).then_some(v));
                 }
@@ -267,10 +266,11 @@ impl IoV2 {
                 let mut fields = Vec::new();
                 for w in words {
                     let (k, v) = w.split_once('=').ok_or_else(|| {
-                        HostError::Invalid(format!(
-                            "{}: `{w}` in `{line}` is not key=value",
-                            path.display()
-                        ))
+                        HostError::malformed(
+                            path,
+                            None,
+                            format!("`{w}` in `{line}` is not key=value"),
+                        )
                     })?;
                     fields.push((k.to_string(), v.to_string()));
                 }
@@ -283,9 +283,11 @@ impl IoV2 {
     /// Sets the cgroup's weight (1..10000) for the device, as BFQ and io.cost use it.
     pub fn set_weight(&self, cgroup: &Path, weight: u32) -> Result<()> {
         if !(1..=10000).contains(&weight) {
-            return Err(HostError::Invalid(format!(
-                "io.weight must be 1..10000, got {weight}"
-            )));
+            return Err(iofloor_core::ValidationError::new(
+                "io.weight",
+                format!("must be 1..10000, got {weight}"),
+            )
+            .into());
         }
         write_file(
             &self.root.join(cgroup).join("io.weight"),
@@ -311,7 +313,7 @@ impl IoController for IoV2 {
         // A cgroup that has done no I/O on the device has no line for it.
         for (k, v) in self.device_fields(&path)?.unwrap_or_default() {
             let n: u64 = v.parse().map_err(|_| {
-                HostError::Invalid(format!("{}: `{k}={v}` is not a counter", path.display()))
+                HostError::malformed(&path, None, format!("`{k}={v}` is not a counter"))
             })?;
             match k.as_str() {
                 "rbytes" => c.read_bytes = n,
@@ -328,14 +330,13 @@ impl IoController for IoV2 {
         let path = self.root.join(cgroup).join("io.max");
         let mut caps = Caps::NONE;
         for (k, v) in self.device_fields(&path)?.unwrap_or_default() {
-            let limit =
-                if v == "max" {
-                    None
-                } else {
-                    Some(v.parse::<f64>().map_err(|_| {
-                        HostError::Invalid(format!("{}: `{k}={v}`", path.display()))
-                    })?)
-                };
+            let limit = if v == "max" {
+                None
+            } else {
+                Some(v.parse::<f64>().map_err(|_| {
+                    HostError::malformed(&path, None, format!("`{k}={v}` is not a limit"))
+                })?)
+            };
             match k.as_str() {
                 "rbps" => caps.read_bps = limit,
                 "wbps" => caps.write_bps = limit,

@@ -87,13 +87,11 @@ fn parse(text: &str, dev: DevId, origin: &Path) -> Result<DiskStat> {
         }
         let num = |i: usize| -> Result<u64> {
             f[i].parse().map_err(|_| {
-                HostError::Invalid(format!(
-                    "{}:{}: field {} `{}` is not a number",
-                    origin.display(),
-                    n + 1,
-                    i + 1,
-                    f[i]
-                ))
+                HostError::malformed(
+                    origin,
+                    Some(n + 1),
+                    format!("field {} `{}` is not a number", i + 1, f[i]),
+                )
             })
         };
         return Ok(DiskStat {
@@ -108,10 +106,11 @@ fn parse(text: &str, dev: DevId, origin: &Path) -> Result<DiskStat> {
             time_in_queue_ms: num(13)?,
         });
     }
-    Err(HostError::Invalid(format!(
-        "{}: no line for device {dev}",
-        origin.display()
-    )))
+    Err(HostError::malformed(
+        origin,
+        None,
+        format!("no line for device {dev}"),
+    ))
 }
 
 #[cfg(test)]

@@ -16,17 +16,27 @@ pub const MIN_VERSION: (u32, u32) = (3, 16);
 
 /// Checks that fio is installed and recent enough; returns its version.
 pub fn check_version() -> Result<(u32, u32)> {
-    let out = Command::new("fio").arg("--version").output().map_err(|_| {
-        HostError::Invalid("`fio` not found; install it (Debian: apt-get install fio)".into())
-    })?;
+    let out =
+        Command::new("fio")
+            .arg("--version")
+            .output()
+            .map_err(|_| HostError::ToolMissing {
+                program: "fio",
+                package: "fio",
+            })?;
     let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let v = parse_version(&text)
-        .ok_or_else(|| HostError::Invalid(format!("cannot read fio's version from `{text}`")))?;
+    let v = parse_version(&text).ok_or_else(|| {
+        HostError::not_usable(
+            "fio --version",
+            format!("cannot read a version from `{text}`"),
+        )
+    })?;
     if v < MIN_VERSION {
-        return Err(HostError::Invalid(format!(
-            "fio {}.{} is too old: iofloor needs {}.{} or newer",
-            v.0, v.1, MIN_VERSION.0, MIN_VERSION.1
-        )));
+        return Err(HostError::ToolTooOld {
+            program: "fio",
+            found: format!("{}.{}", v.0, v.1),
+            needed: format!("{}.{}", MIN_VERSION.0, MIN_VERSION.1),
+        });
     }
     Ok(v)
 }
@@ -154,9 +164,8 @@ impl FioJob {
     /// file): the child moves itself there before exec, so every I/O it
     /// issues is charged to the cgroup.
     pub fn spawn_in(&self, cgroup_procs: &Path) -> Result<Child> {
-        let path = CString::new(cgroup_procs.as_os_str().as_encoded_bytes()).map_err(|_| {
-            HostError::Invalid(format!("{}: path has a NUL byte", cgroup_procs.display()))
-        })?;
+        let path = CString::new(cgroup_procs.as_os_str().as_encoded_bytes())
+            .map_err(|_| HostError::not_usable(cgroup_procs.display(), "path has a NUL byte"))?;
         let mut cmd = Command::new("fio");
         cmd.args(self.args())
             .stdin(Stdio::null())
@@ -244,9 +253,9 @@ pub fn read_output(path: &Path) -> Result<FioOutput> {
     let text = std::fs::read_to_string(path).map_err(|e| HostError::io(path, e))?;
     let start = text
         .find('{')
-        .ok_or_else(|| HostError::Invalid(format!("{}: no JSON in fio output", path.display())))?;
+        .ok_or_else(|| HostError::malformed(path, None, "no JSON in fio output"))?;
     serde_json::from_str(&text[start..])
-        .map_err(|e| HostError::Invalid(format!("{}: fio JSON: {e}", path.display())))
+        .map_err(|e| HostError::malformed(path, Some(e.line()), format!("fio JSON: {e}")))
 }
 
 /// One completion from a latency log: (ms since start, latency ns, is write).
@@ -255,13 +264,8 @@ pub fn read_lat_log(path: &Path) -> Result<Vec<(u64, u64, bool)>> {
     let mut out = Vec::with_capacity(text.len() / 24);
     for (n, line) in text.lines().enumerate() {
         let mut f = line.split(',').map(str::trim);
-        let bad = || {
-            HostError::Invalid(format!(
-                "{}:{}: `{line}` is not a fio log line",
-                path.display(),
-                n + 1
-            ))
-        };
+        let bad =
+            || HostError::malformed(path, Some(n + 1), format!("`{line}` is not a fio log line"));
         let t: u64 = f.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
         let lat: u64 = f.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
         let dir: u32 = f.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;

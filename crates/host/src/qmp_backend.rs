@@ -142,9 +142,10 @@ impl QmpBackend {
     pub fn drive_throttle(&mut self, name: &str) -> Result<Value> {
         let t = self.tenant(name)?;
         let QmpTarget::Drive { id } = &t.target else {
-            return Err(HostError::Invalid(format!(
-                "tenant `{name}` is a throttle group, not a guest drive"
-            )));
+            return Err(HostError::Qmp {
+                socket: t.socket.clone(),
+                message: format!("tenant `{name}` is a throttle group, not a guest drive"),
+            });
         };
         let answer = self.execute(&t.socket, "query-block", None)?;
         let entry = answer
@@ -155,17 +156,13 @@ impl QmpBackend {
                         || e.get("device").and_then(Value::as_str) == Some(id)
                 })
             })
-            .ok_or_else(|| {
-                HostError::Invalid(format!(
-                    "{}: no block device `{id}` in query-block",
-                    t.socket.display()
-                ))
+            .ok_or_else(|| HostError::Qmp {
+                socket: t.socket.clone(),
+                message: format!("no block device `{id}` in query-block"),
             })?;
-        let inserted = entry.get("inserted").ok_or_else(|| {
-            HostError::Invalid(format!(
-                "{}: block device `{id}` has no medium inserted",
-                t.socket.display()
-            ))
+        let inserted = entry.get("inserted").ok_or_else(|| HostError::Qmp {
+            socket: t.socket.clone(),
+            message: format!("block device `{id}` has no medium inserted"),
         })?;
         let mut limits = serde_json::Map::new();
         for key in THROTTLE_FIELDS {
@@ -178,9 +175,10 @@ impl QmpBackend {
     pub fn set_drive_throttle(&mut self, name: &str, limits: &Value) -> Result<()> {
         let t = self.tenant(name)?;
         let QmpTarget::Drive { id } = &t.target else {
-            return Err(HostError::Invalid(format!(
-                "tenant `{name}` is a throttle group, not a guest drive"
-            )));
+            return Err(HostError::Qmp {
+                socket: t.socket.clone(),
+                message: format!("tenant `{name}` is a throttle group, not a guest drive"),
+            });
         };
         let mut args = json!({ "id": id });
         for key in THROTTLE_FIELDS {
@@ -198,7 +196,7 @@ impl QmpBackend {
         self.tenants
             .get(name)
             .cloned()
-            .ok_or_else(|| HostError::Invalid(format!("tenant `{name}` has no QMP target")))
+            .ok_or_else(|| HostError::UnknownTenant(name.to_string()))
     }
 
     /// Runs a command on the tenant's QEMU, connecting if needed; on any
@@ -241,12 +239,9 @@ impl Backend for QmpBackend {
             )));
         }
         let answer = self.execute(&t.socket, "query-blockstats", None)?;
-        let stats = find_stats(&answer, &t.target).ok_or_else(|| {
-            HostError::Invalid(format!(
-                "{}: no block device {:?} in query-blockstats",
-                t.socket.display(),
-                t.target
-            ))
+        let stats = find_stats(&answer, &t.target).ok_or_else(|| HostError::Qmp {
+            socket: t.socket.clone(),
+            message: format!("no block device {:?} in query-blockstats", t.target),
         })?;
         Ok(counters_from_stats(stats))
     }

@@ -13,6 +13,7 @@
 
 use crate::error::{HostError, Result};
 use crate::qmp::Qmp;
+use iofloor_core::ValidationError;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,23 +37,26 @@ pub struct RigSpec {
 impl RigSpec {
     pub fn validate(&self) -> Result<()> {
         if self.iops == 0 || self.iops > 10_000_000 {
-            return Err(HostError::Invalid(format!(
-                "--iops must be 1..10000000, got {}",
-                self.iops
-            )));
+            return Err(ValidationError::new(
+                "iops",
+                format!("must be 1..10000000, got {}", self.iops),
+            )
+            .into());
         }
         if self.bps == Some(0) {
-            return Err(HostError::Invalid("--bps must be positive".into()));
+            return Err(ValidationError::new("bps", "must be positive").into());
         }
         if let Some(u) = self.size_unit {
             if u < 512 || u % 512 != 0 {
-                return Err(HostError::Invalid(format!(
-                    "--size-unit must be a multiple of 512, got {u}"
-                )));
+                return Err(ValidationError::new(
+                    "size-unit",
+                    format!("must be a multiple of 512, got {u}"),
+                )
+                .into());
             }
         }
         if self.size < 1 << 20 {
-            return Err(HostError::Invalid("--size must be at least 1MiB".into()));
+            return Err(ValidationError::new("size", "must be at least 1MiB").into());
         }
         Ok(())
     }
@@ -86,21 +90,20 @@ pub struct Rig {
     pub device: Option<PathBuf>,
 }
 
-fn which(program: &str) -> Result<()> {
+fn which(program: &'static str) -> Result<()> {
     let found = std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
         .unwrap_or(false);
     if found {
         Ok(())
     } else {
-        Err(HostError::Invalid(format!(
-            "`{program}` not found; install it (Debian: apt-get install {})",
-            match program {
+        Err(HostError::ToolMissing {
+            program,
+            package: match program {
                 "qemu-storage-daemon" => "qemu-system-common",
-                "losetup" => "mount",
-                other => other,
-            }
-        )))
+                _ => "mount",
+            },
+        })
     }
 }
 
@@ -206,8 +209,9 @@ impl Rig {
         which("qemu-storage-daemon")?;
         which("losetup")?;
         if !Path::new("/dev/fuse").exists() {
-            return Err(HostError::Invalid(
-                "/dev/fuse is missing: FUSE is needed for the rig".into(),
+            return Err(HostError::not_usable(
+                "/dev/fuse",
+                "is missing: FUSE is needed for the rig",
             ));
         }
         let state_root =
@@ -326,16 +330,16 @@ impl Rig {
             pid_text
                 .trim()
                 .parse()
-                .map_err(|_| HostError::Invalid(format!("{}: not a pid", pidfile.display())))?,
+                .map_err(|_| HostError::malformed(&pidfile, Some(1), "not a pid"))?,
         );
         self.save()?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while !is_mounted(&self.mountpoint) {
             if Instant::now() > deadline {
-                return Err(HostError::Invalid(format!(
-                    "FUSE export {} did not appear",
-                    self.mountpoint.display()
-                )));
+                return Err(HostError::Timeout {
+                    what: format!("the FUSE export {}", self.mountpoint.display()),
+                    secs: 10,
+                });
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -435,7 +439,11 @@ impl Rig {
                 match serde_json::from_str::<Rig>(&text) {
                     Ok(r) => rigs.push(r),
                     Err(err) => {
-                        return Err(HostError::Invalid(format!("{}: {err}", state.display())))
+                        return Err(HostError::malformed(
+                            &state,
+                            Some(err.line()),
+                            err.to_string(),
+                        ))
                     }
                 }
             }
@@ -469,10 +477,10 @@ fn tempfile_dir(root: &Path) -> Result<PathBuf> {
             Err(e) => return Err(HostError::io(&dir, e)),
         }
     }
-    Err(HostError::Invalid(format!(
-        "{}: no free rig directory name",
-        root.display()
-    )))
+    Err(HostError::not_usable(
+        root.display(),
+        "no free rig directory name",
+    ))
 }
 
 #[cfg(test)]

@@ -152,7 +152,7 @@ fn not_a_block_device_is_refused() {
     let e = DevId::of_block_device(Path::new("/etc/hostname"))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("/etc/hostname is not a block device"), "{e}");
+    assert!(e.contains("/etc/hostname: is not a block device"), "{e}");
     let e = DevId::of_block_device(Path::new("/dev/no-such-disk"))
         .unwrap_err()
         .to_string();
