@@ -302,7 +302,7 @@ async fn reload(State(s): State<ApiState>, headers: HeaderMap) -> Response {
     match send(&s, |reply| Command::Reload { reply: Some(reply) }).await {
         Err(r) => r.into_response(),
         Ok(Ok(message)) => Json(json!({ "ok": true, "message": message })).into_response(),
-        Ok(Err(message)) => error(StatusCode::BAD_REQUEST, message),
+        Ok(Err(e)) => error(StatusCode::BAD_REQUEST, e.to_string()),
     }
 }
 

@@ -23,6 +23,7 @@ mod reload;
 pub use adoption::restore_leftovers;
 pub use devices::cgroup_root;
 pub use patch::{Patch, PatchError};
+pub use reload::ReloadError;
 
 use crate::config::Config;
 use crate::discovery::Found;
@@ -50,7 +51,7 @@ pub enum Command {
         reply: Reply<Result<TenantView, PatchError>>,
     },
     Reload {
-        reply: Option<Reply<Result<String, String>>>,
+        reply: Option<Reply<Result<String, ReloadError>>>,
     },
     Shutdown,
 }
