@@ -152,10 +152,6 @@ impl Controller {
         }
     }
 
-    pub fn policy_name(&self) -> &'static str {
-        self.policy.name()
-    }
-
     pub fn tenants(&self) -> impl Iterator<Item = &Arc<TenantSpec>> {
         self.tenants.iter().map(|t| &t.spec)
     }
@@ -187,14 +183,6 @@ impl Controller {
             }
             None => false,
         }
-    }
-
-    /// The caps last applied to a tenant.
-    pub fn caps_of(&self, name: &str) -> Option<Caps> {
-        self.tenants
-            .iter()
-            .find(|t| t.spec.name == name)
-            .map(|t| t.caps)
     }
 
     /// Forgets what was applied to a tenant, so the next decision is written

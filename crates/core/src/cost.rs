@@ -112,11 +112,6 @@ impl CostModel {
         self.read.cost(&u.read) + self.write.cost(&u.write)
     }
 
-    /// Cost rate of one direction of a usage.
-    pub fn dir_cost_rate(&self, d: Direction, u: &DirUsage) -> f64 {
-        self.coef(d).cost(u)
-    }
-
     /// A rate stated in any unit, as a cost rate for a tenant whose traffic
     /// has the shape of `mix`. `None` when the rate is in IOPS or bytes and
     /// `mix` carries no I/O to take the shape from.

@@ -61,11 +61,6 @@ impl TenantSpec {
         self
     }
 
-    pub fn with_ceiling(mut self, ceiling: Rate) -> Self {
-        self.ceiling = Some(ceiling);
-        self
-    }
-
     /// Checks the promise makes sense: positive rates, a ceiling not below
     /// the floor (when in the same unit), a weight in (0, 10000] as for
     /// cgroup v2 `io.weight`. The message names the key.

@@ -279,21 +279,6 @@ impl IoV2 {
         }
         Ok(None)
     }
-
-    /// Sets the cgroup's weight (1..10000) for the device, as BFQ and io.cost use it.
-    pub fn set_weight(&self, cgroup: &Path, weight: u32) -> Result<()> {
-        if !(1..=10000).contains(&weight) {
-            return Err(iofloor_core::ValidationError::new(
-                "io.weight",
-                format!("must be 1..10000, got {weight}"),
-            )
-            .into());
-        }
-        write_file(
-            &self.root.join(cgroup).join("io.weight"),
-            &format!("{} {weight}", self.dev),
-        )
-    }
 }
 
 impl IoController for IoV2 {
@@ -373,11 +358,6 @@ pub fn create(root: &Path, cgroup: &Path) -> Result<PathBuf> {
     let dir = root.join(cgroup);
     fs::create_dir_all(&dir).map_err(|e| HostError::io(&dir, e))?;
     Ok(dir)
-}
-
-/// Moves a process into a cgroup.
-pub fn add_process(root: &Path, cgroup: &Path, pid: u32) -> Result<()> {
-    write_file(&root.join(cgroup).join("cgroup.procs"), &pid.to_string())
 }
 
 /// Waits (up to `timeout`) until the cgroup and its children have no
