@@ -221,12 +221,15 @@ pub fn parse_patch(body: &[u8]) -> Result<Patch, String> {
     }
     let mut json = serde_json::Deserializer::from_slice(body);
     let parsed: PatchBody = serde_path_to_error::deserialize(&mut json).map_err(|e| {
+        if e.inner().is_syntax() || e.inner().is_eof() {
+            return format!("body is not JSON: {}", e.inner());
+        }
         match e.path().to_string().as_str() {
             "." => format!("body: {}", e.inner()),
             field => format!("`{field}`: {}", e.inner()),
         }
     })?;
-    json.end().map_err(|e| format!("body: {e}"))?;
+    json.end().map_err(|e| format!("body is not JSON: {e}"))?;
     if parsed.floor.is_none() && parsed.ceiling.is_none() && parsed.weight.is_none() {
         return Err("body names nothing to change (floor, ceiling, weight)".into());
     }
@@ -341,7 +344,8 @@ mod tests {
         for (body, needle) in [
             (&b"not json"[..], "JSON object"),
             (b"[1]", "JSON object"),
-            (b"{\"floor\"", "body: EOF"),
+            (b"{\"floor\"", "not JSON: EOF"),
+            (b"{not json", "not JSON"),
             (b"{}", "nothing to change"),
             (br#"{"flor": "1 IOPS"}"#, "unknown field `flor`"),
             (br#"{"floor": "5 parsecs"}"#, "`floor`: invalid rate"),
@@ -349,7 +353,7 @@ mod tests {
             (br#"{"weight": 0}"#, "(0, 10000]"),
             (br#"{"weight": 1e9}"#, "(0, 10000]"),
             (br#"{"weight": "x"}"#, "`weight`: invalid type"),
-            (br#"{"weight": 1} trailing"#, "body: trailing"),
+            (br#"{"weight": 1} trailing"#, "not JSON: trailing"),
         ] {
             let e = parse_patch(body).unwrap_err();
             assert!(e.contains(needle), "{}: {e}", String::from_utf8_lossy(body));
