@@ -35,28 +35,27 @@ pub struct RigSpec {
 }
 
 impl RigSpec {
-    pub fn validate(&self) -> Result<()> {
+    /// Checks the spec; the keys of its errors are the `rig up` flags' names.
+    pub fn validate(&self) -> std::result::Result<(), ValidationError> {
         if self.iops == 0 || self.iops > 10_000_000 {
             return Err(ValidationError::new(
-                "iops",
+                "--iops",
                 format!("must be 1..10000000, got {}", self.iops),
-            )
-            .into());
+            ));
         }
         if self.bps == Some(0) {
-            return Err(ValidationError::new("bps", "must be positive").into());
+            return Err(ValidationError::new("--bps", "must be positive"));
         }
         if let Some(u) = self.size_unit {
             if u < 512 || u % 512 != 0 {
                 return Err(ValidationError::new(
-                    "size-unit",
+                    "--size-unit",
                     format!("must be a multiple of 512, got {u}"),
-                )
-                .into());
+                ));
             }
         }
         if self.size < 1 << 20 {
-            return Err(ValidationError::new("size", "must be at least 1MiB").into());
+            return Err(ValidationError::new("--size", "must be at least 1MiB"));
         }
         Ok(())
     }
