@@ -44,6 +44,7 @@ fn decide(c: &mut Criterion) {
                             device: Some(DeviceSample {
                                 utilisation: 1.0,
                                 avg_queue: 40.0,
+                                iops: 1000.0,
                             }),
                             tenants,
                         };

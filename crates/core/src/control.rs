@@ -33,6 +33,10 @@ pub struct DeviceCounters {
     /// Integral of the queue length over time, in I/O-nanoseconds
     /// (diskstats weighted time in queue).
     pub queue_ns: u64,
+    /// Completed I/Os (diskstats reads + writes completed): with `queue_ns`,
+    /// the mean time an I/O spends at the device (Little's law).
+    #[serde(default)]
+    pub completions: u64,
 }
 
 /// Where counters come from and caps go to: cgroup v1/v2, QMP, the simulator.
@@ -99,6 +103,7 @@ pub fn device_between(
     Some(DeviceSample {
         utilisation: (cur.busy_ns.checked_sub(prev.busy_ns)? as f64 / ns).min(1.0),
         avg_queue: cur.queue_ns.checked_sub(prev.queue_ns)? as f64 / ns,
+        iops: cur.completions.checked_sub(prev.completions)? as f64 / ns * 1e9,
     })
 }
 

@@ -7,6 +7,7 @@
 //! simulator, the fio benchmark runner and the daemon share exactly this code.
 
 pub mod admission;
+pub mod capacity;
 pub mod control;
 pub mod cost;
 pub mod error;

@@ -183,6 +183,17 @@ pub struct DeviceSample {
     pub utilisation: f64,
     /// Mean number of I/Os queued or in flight at the device.
     pub avg_queue: f64,
+    /// I/Os completed per second (all of this host's, managed or not).
+    #[serde(default)]
+    pub iops: f64,
+}
+
+impl DeviceSample {
+    /// Mean time an I/O spent at the device, in µs (Little's law: queue over
+    /// throughput); `None` without completions.
+    pub fn mean_latency_us(&self) -> Option<f64> {
+        (self.iops > 0.0 && self.avg_queue.is_finite()).then(|| self.avg_queue / self.iops * 1e6)
+    }
 }
 
 /// Throttle limits for one tenant; `None` means no limit. These map one to one

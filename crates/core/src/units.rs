@@ -318,6 +318,14 @@ pub mod quantity {
 
     quantity!(SizeQ, u64, super::parse_size, "size");
     quantity!(DurationQ, Duration, super::parse_duration, "duration");
+
+    /// Written back as the quantity text it is read from (`"2500us"`), so
+    /// parameters recorded with a run read back the same.
+    impl serde::Serialize for DurationQ {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_str(&format!("{}us", self.0.as_secs_f64() * 1e6))
+        }
+    }
     quantity!(RateQ, Rate, Rate::parse, "rate");
     quantity!(
         BandwidthQ,

@@ -76,7 +76,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
     /// Whatever the load, `floor` never sets a cap that would hold a tenant
-    /// below its floor, as long as the floors fit the device together.
+    /// below its floor, as long as the floors fit the device together: the
+    /// model's capacity, and what the policy learned of the device's.
     #[test]
     fn floor_never_caps_below_entitlement(
         cases in prop::collection::vec(tenant_case(12), 1..12),
@@ -120,13 +121,16 @@ proptest! {
             let snap = Snapshot {
                 now: Duration::from_secs(step as u64),
                 interval: Duration::from_secs(1),
-                device: Some(DeviceSample { utilisation: 1.0, avg_queue }),
+                device: Some(DeviceSample { utilisation: 1.0, avg_queue, iops: 1000.0 }),
                 tenants: &samples,
             };
             caps = policy.decide(&snap);
             prop_assert_eq!(caps.len(), cases.len());
+            // Once the learned capacity is below the floors, entitlements
+            // shrink alike (checked in the next property).
+            let feasible = policy.feasibility().is_some_and(|f| f.feasible());
             for ((c, spec), cap) in cases.iter().zip(&specs).zip(&caps) {
-                if let Some(floor) = spec.floor {
+                if let (Some(floor), true) = (spec.floor, feasible) {
                     let floor_cost = cost.rate_to_cost(floor, &mix(c)).unwrap();
                     if let Some(allowed) = cost.cost_allowed_by(cap, &mix(c)) {
                         prop_assert!(allowed >= floor_cost * (1.0 - 1e-6),
@@ -135,6 +139,58 @@ proptest! {
                 }
                 for v in [cap.read_iops, cap.write_iops, cap.read_bps, cap.write_bps].into_iter().flatten() {
                     prop_assert!(v.is_finite() && v > 0.0, "cap {v} is not a positive number");
+                }
+            }
+        }
+    }
+
+    /// Device figures that are missing, zero, absurd or from counters that
+    /// went backwards never move the learned capacity out of its bounds, and
+    /// an interval without them leaves it where it was: bad reads can neither
+    /// hand out more than the last estimate nor squeeze the tenants.
+    #[test]
+    fn learned_capacity_stays_bounded_on_any_device_path(
+        cases in prop::collection::vec(tenant_case(30), 1..6),
+        path in prop::collection::vec(prop::option::of((0.0..1e4f64, prop::sample::select(vec![0.0, 1.0, 1e3, 1e6, f64::NAN, f64::INFINITY]))), 30),
+        target in prop::option::of(50.0..5000.0f64),
+    ) {
+        let cost = model();
+        let params = FloorParams {
+            latency_target: target.map(|us| iofloor_core::units::quantity::DurationQ(Duration::from_secs_f64(us / 1e6))),
+            ..FloorParams::default()
+        };
+        let max = params.capacity_max;
+        let ctx = PolicyContext { cost, capacity: 1.0 };
+        let mut policy = build(PolicyKind::Floor, &PolicyParams { floor: params, ..Default::default() }, ctx);
+        let specs: Vec<Arc<TenantSpec>> = (0..cases.len())
+            .map(|i| Arc::new(TenantSpec::new(format!("t{i}"), TenantClass::Container).with_floor(Rate::Cost(0.05))))
+            .collect();
+        let mut caps = vec![Caps::NONE; cases.len()];
+        for (step, device) in path.iter().enumerate() {
+            let before = policy.capacity_estimate().unwrap();
+            let samples: Vec<TenantSample> = cases.iter().zip(&specs).zip(&caps).map(|((c, spec), cap)| {
+                let unit = mix(c);
+                let allowed = cost.cost_allowed_by(cap, &unit).unwrap_or(f64::INFINITY);
+                let got = (c.demand[step] * 0.2).min(allowed);
+                TenantSample { spec: spec.clone(), usage: Some(unit.scaled(got / cost.cost_rate(&unit))), caps: *cap }
+            }).collect();
+            let snap = Snapshot {
+                now: Duration::from_secs(step as u64),
+                interval: Duration::from_secs(1),
+                device: device.map(|(avg_queue, iops)| DeviceSample { utilisation: 1.0, avg_queue, iops }),
+                tenants: &samples,
+            };
+            caps = policy.decide(&snap);
+            let after = policy.capacity_estimate().unwrap();
+            prop_assert!(after.is_finite() && (0.05 - 1e-12..=max + 1e-12).contains(&after), "estimate {after}");
+            if device.is_none() {
+                prop_assert_eq!(before, after);
+            }
+            let f = policy.feasibility().unwrap();
+            prop_assert!(f.shortfall >= 0.0 && f.shortfall.is_finite());
+            for cap in &caps {
+                for v in [cap.read_iops, cap.write_iops, cap.read_bps, cap.write_bps].into_iter().flatten() {
+                    prop_assert!(v.is_finite() && v > 0.0, "cap {v}");
                 }
             }
         }

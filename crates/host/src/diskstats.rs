@@ -46,6 +46,7 @@ impl DiskStat {
         DeviceCounters {
             busy_ns: self.io_ticks_ms * 1_000_000,
             queue_ns: self.time_in_queue_ms * 1_000_000,
+            completions: self.reads + self.writes,
         }
     }
 }

@@ -61,6 +61,9 @@ pub struct ScenarioFile {
     pub policy: PolicyParams,
     #[serde(rename = "tenant", default)]
     pub tenants: Vec<TenantFile>,
+    /// Load on the same device that no policy sees per tenant or can throttle.
+    #[serde(rename = "unmanaged", default)]
+    pub unmanaged: Vec<UnmanagedFile>,
 }
 
 fn default_seed() -> u64 {
@@ -87,6 +90,42 @@ pub struct DeviceFile {
     /// The cost model the policies are given, if not the device's true one
     /// (to study a mis-calibrated model).
     pub model: Option<PolicyModelFile>,
+    /// Changes of the device's capacity over time, nobody told (a neighbour
+    /// host, garbage collection, a throttle lowered by the storage admin).
+    #[serde(rename = "change", default)]
+    pub changes: Vec<DeviceChangeFile>,
+}
+
+/// From `at` on, the device does `factor` times what it is declared to do.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceChangeFile {
+    pub at: DurationQ,
+    pub factor: f64,
+}
+
+/// Where unmanaged I/O comes from, which decides what the host can see of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnmanagedOrigin {
+    /// Another host on the same storage: invisible here, even in the
+    /// device's counters; only its effect on latency and throughput shows.
+    #[default]
+    OtherHost,
+    /// This host, outside any controlled cgroup or VM: the device's counters
+    /// (`/proc/diskstats`) include it.
+    ThisHost,
+}
+
+/// Load on the device that iofloor neither sees per tenant nor throttles.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnmanagedFile {
+    pub name: String,
+    #[serde(default)]
+    pub origin: UnmanagedOrigin,
+    #[serde(rename = "job", default)]
+    pub jobs: Vec<JobFile>,
 }
 
 fn default_jitter() -> f64 {
@@ -279,12 +318,33 @@ pub struct Tenant {
     pub jobs: Vec<Job>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Device {
     pub parallelism: u32,
     pub cost: CostModel,
     pub jitter: f64,
     pub write_cliff: Option<(u64, f64)>,
+    /// (time, capacity factor) in time order; factor 1 before the first.
+    pub changes: Vec<(Duration, f64)>,
+}
+
+impl Device {
+    /// The capacity factor in force at `t`.
+    pub fn factor_at(&self, t: Duration) -> f64 {
+        self.changes
+            .iter()
+            .take_while(|(at, _)| *at <= t)
+            .last()
+            .map_or(1.0, |(_, f)| *f)
+    }
+}
+
+/// A source of unmanaged load (see [`UnmanagedFile`]).
+#[derive(Debug, Clone)]
+pub struct Unmanaged {
+    pub name: String,
+    pub origin: UnmanagedOrigin,
+    pub jobs: Vec<Job>,
 }
 
 #[derive(Debug, Clone)]
@@ -300,6 +360,7 @@ pub struct Scenario {
     pub policy_model: CostModel,
     pub policy: PolicyParams,
     pub tenants: Vec<Tenant>,
+    pub unmanaged: Vec<Unmanaged>,
     /// Factor every time was scaled by ([`Scenario::time_scaled`]); 1 as written.
     pub time_scale: f64,
 }
@@ -334,7 +395,9 @@ impl Scenario {
             .tenants
             .iter()
             .flat_map(|t| t.jobs.iter())
+            .chain(self.unmanaged.iter().flat_map(|u| u.jobs.iter()))
             .flat_map(|j| j.schedule.iter().map(|(at, _)| *at))
+            .chain(self.device.changes.iter().map(|(at, _)| *at))
             .filter(|at| !at.is_zero() && *at < self.duration)
             .collect();
         steps.sort();
@@ -350,12 +413,18 @@ impl Scenario {
         out.time_scale = self.time_scale * factor;
         out.duration = s(self.duration);
         out.warmup = s(self.warmup);
-        for t in &mut out.tenants {
-            for j in &mut t.jobs {
-                for (at, _) in &mut j.schedule {
-                    *at = s(*at);
-                }
+        let jobs = out
+            .tenants
+            .iter_mut()
+            .flat_map(|t| t.jobs.iter_mut())
+            .chain(out.unmanaged.iter_mut().flat_map(|u| u.jobs.iter_mut()));
+        for j in jobs {
+            for (at, _) in &mut j.schedule {
+                *at = s(*at);
             }
+        }
+        for (at, _) in &mut out.device.changes {
+            *at = s(*at);
         }
         out
     }
@@ -364,6 +433,8 @@ impl Scenario {
     pub fn alone(&self, index: usize) -> Scenario {
         let mut out = self.clone();
         out.tenants = vec![self.tenants[index].clone()];
+        out.unmanaged.clear();
+        out.device.changes.clear();
         out
     }
 
@@ -482,8 +553,36 @@ fn checked_cost_model(
     })
 }
 
+/// Capacity changes: factors in (0, 100], times inside the run, in order.
+fn checked_changes(
+    changes: &[DeviceChangeFile],
+    duration: Duration,
+) -> Checked<Vec<(Duration, f64)>> {
+    let mut out: Vec<(Duration, f64)> = Vec::with_capacity(changes.len());
+    for (i, c) in changes.iter().enumerate() {
+        let key = |k: &str| format!("change[{i}].{k}");
+        if !(c.factor > 0.0 && c.factor <= 100.0) {
+            return bad(
+                &key("factor"),
+                format!("must be in (0, 100], got {}", c.factor),
+            );
+        }
+        if c.at.0 >= duration {
+            return bad(
+                &key("at"),
+                format!("{:?} is not before the end of the run", c.at.0),
+            );
+        }
+        if out.last().is_some_and(|(prev, _)| *prev >= c.at.0) {
+            return bad(&key("at"), "changes must be listed in time order");
+        }
+        out.push((c.at.0, c.factor));
+    }
+    Ok(out)
+}
+
 /// The device and the model the policies are given.
-fn checked_device(d: &DeviceFile) -> Checked<(Device, CostModel)> {
+fn checked_device(d: &DeviceFile, duration: Duration) -> Checked<(Device, CostModel)> {
     if d.parallelism == 0 || d.parallelism > 65536 {
         return bad(
             "parallelism",
@@ -528,6 +627,7 @@ fn checked_device(d: &DeviceFile) -> Checked<(Device, CostModel)> {
         cost,
         jitter: d.jitter,
         write_cliff,
+        changes: checked_changes(&d.changes, duration)?,
     };
     Ok((device, policy_model))
 }
@@ -594,7 +694,8 @@ impl ScenarioFile {
         }
         let (duration, warmup, interval) = checked_times(&self)?;
         self.policy.validate()?;
-        let (device, policy_model) = checked_device(&self.device).map_err(|e| e.under("device"))?;
+        let (device, policy_model) =
+            checked_device(&self.device, duration).map_err(|e| e.under("device"))?;
         if self.tenants.is_empty() {
             return bad("tenant", "a scenario needs at least one [[tenant]]");
         }
@@ -611,6 +712,11 @@ impl ScenarioFile {
             }
             tenants.push(t.validate(duration).map_err(|e| e.under(&at))?);
         }
+        let mut unmanaged = Vec::new();
+        for (ui, u) in self.unmanaged.into_iter().enumerate() {
+            let at = format!("unmanaged[{ui}]");
+            unmanaged.push(u.validate(duration, &names).map_err(|e| e.under(&at))?);
+        }
         Ok(Scenario {
             name: self.name,
             description: self.description,
@@ -622,7 +728,46 @@ impl ScenarioFile {
             policy_model,
             policy: self.policy,
             tenants,
+            unmanaged,
             time_scale: 1.0,
+        })
+    }
+}
+
+impl UnmanagedFile {
+    fn validate(
+        self,
+        duration: Duration,
+        tenant_names: &std::collections::HashSet<String>,
+    ) -> Checked<Unmanaged> {
+        if self.name.trim().is_empty() {
+            return bad("name", "must not be empty");
+        }
+        if tenant_names.contains(&self.name) {
+            return bad("name", format!("`{}` is also a tenant's name", self.name));
+        }
+        if self.jobs.is_empty() {
+            return bad(
+                "job",
+                format!(
+                    "unmanaged load `{}` needs at least one [[unmanaged.job]]",
+                    self.name
+                ),
+            );
+        }
+        let jobs = self
+            .jobs
+            .into_iter()
+            .enumerate()
+            .map(|(ji, j)| {
+                j.validate(duration)
+                    .map_err(|e| e.under(&format!("job[{ji}]")))
+            })
+            .collect::<Checked<Vec<Job>>>()?;
+        Ok(Unmanaged {
+            name: self.name,
+            origin: self.origin,
+            jobs,
         })
     }
 }

@@ -10,7 +10,7 @@ use iofloor_core::model::{Caps, Direction, TenantClass, TenantSpec};
 use iofloor_core::policy::{self, PolicyContext, PolicyKind};
 use iofloor_core::units::Rate;
 use iofloor_report::record::{DeviceWindow, LatencySummary, TenantWindow, Throughput, Window};
-use iofloor_scenario::format::{Job, JobState, Scenario};
+use iofloor_scenario::format::{Job, JobState, Scenario, UnmanagedOrigin};
 use iofloor_scenario::{DecisionStats, LatencyRecorder};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
@@ -35,10 +35,11 @@ enum Kind {
     Phase,
     Control,
     Window,
+    DeviceChange,
 }
 
 impl Kind {
-    const ALL: [Kind; 7] = [
+    const ALL: [Kind; 8] = [
         Kind::Complete,
         Kind::PathDone,
         Kind::Wake,
@@ -46,6 +47,7 @@ impl Kind {
         Kind::Phase,
         Kind::Control,
         Kind::Window,
+        Kind::DeviceChange,
     ];
 }
 
@@ -116,6 +118,8 @@ struct Io {
     bytes: u32,
     issued: u64,
     cost: f64,
+    /// From another host: served by the device, absent from this host's counters.
+    hidden: bool,
 }
 
 /// One fio process of a job.
@@ -217,11 +221,20 @@ struct TenantRt {
     counters: Counters,
     acc: WindowAcc,
     latency: LatencyRecorder,
+    /// Unmanaged load: no policy sees or throttles it, no window reports it.
+    managed: bool,
+    /// Unmanaged load from another host (absent from the device's counters).
+    hidden: bool,
 }
 
-#[derive(Default)]
 struct DeviceRt {
     stage: Stage,
+    /// The share of its declared speed the device has now (`[[device.change]]`).
+    capacity_factor: f64,
+    /// I/Os of this host at the device (queued or in service): what
+    /// /proc/diskstats counts, unlike another host's.
+    local_depth: u64,
+    completions: u64,
     queue_area: u128,
     busy_ns: u64,
     last_change: u64,
@@ -230,6 +243,28 @@ struct DeviceRt {
     win_busy: u64,
     win_latency_ns: u64,
     win_ios: u64,
+}
+
+impl DeviceRt {
+    fn new(parallelism: u32) -> DeviceRt {
+        DeviceRt {
+            stage: Stage {
+                slots: parallelism,
+                ..Default::default()
+            },
+            capacity_factor: 1.0,
+            local_depth: 0,
+            completions: 0,
+            queue_area: 0,
+            busy_ns: 0,
+            last_change: 0,
+            written: 0,
+            win_area: 0,
+            win_busy: 0,
+            win_latency_ns: 0,
+            win_ios: 0,
+        }
+    }
 }
 
 /// What one simulated run produced.
@@ -277,13 +312,7 @@ impl<'s> Engine<'s> {
             job_specs: Vec::new(),
             tenants: Vec::new(),
             by_name: HashMap::new(),
-            dev: DeviceRt {
-                stage: Stage {
-                    slots: sc.device.parallelism,
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
+            dev: DeviceRt::new(sc.device.parallelism),
             rng: ChaCha8Rng::seed_from_u64(sc.seed),
             windows: Vec::new(),
             issued: 0,
@@ -291,12 +320,25 @@ impl<'s> Engine<'s> {
             warmup_ns: sc.warmup.as_nanos() as u64,
             window_ns: 1_000_000_000,
         };
-        for (ti, t) in sc.tenants.iter().enumerate() {
-            e.by_name.insert(t.spec.name.clone(), ti as u32);
+        let unmanaged = sc.unmanaged.iter().map(|u| {
+            let spec = TenantSpec::new(u.name.clone(), TenantClass::Container);
+            let hidden = u.origin == UnmanagedOrigin::OtherHost;
+            (spec, None, &u.jobs, false, hidden)
+        });
+        let sources = sc
+            .tenants
+            .iter()
+            .map(|t| (t.spec.clone(), t.vm_path, &t.jobs, true, false))
+            .chain(unmanaged);
+        for (ti, (spec, vm_path, jobs, managed, hidden)) in sources.enumerate() {
+            if managed {
+                e.by_name.insert(spec.name.clone(), ti as u32);
+            }
+            let vm = spec.class == TenantClass::Vm;
             e.tenants.push(TenantRt {
-                spec: Arc::new(t.spec.clone()),
+                spec: Arc::new(spec),
                 throttle: Default::default(),
-                path: t.vm_path.map(|p| {
+                path: vm_path.map(|p| {
                     (
                         Stage {
                             slots: p.threads,
@@ -306,14 +348,16 @@ impl<'s> Engine<'s> {
                     )
                 }),
                 counters: Counters {
-                    latency_ns_total: (t.spec.class == TenantClass::Vm).then_some(0),
-                    completions: (t.spec.class == TenantClass::Vm).then_some(0),
+                    latency_ns_total: vm.then_some(0),
+                    completions: vm.then_some(0),
                     ..Default::default()
                 },
                 acc: WindowAcc::default(),
                 latency: LatencyRecorder::default(),
+                managed,
+                hidden,
             });
-            for job in &t.jobs {
+            for job in jobs {
                 let ji = e.jobs.len() as u32;
                 e.job_specs.push(job);
                 let spacing_ns = job.rate.map(|r| match r {
@@ -334,6 +378,9 @@ impl<'s> Engine<'s> {
                     e.push(at.as_nanos() as u64, Kind::Phase, ji, si as u32);
                 }
             }
+        }
+        for (ci, (at, _)) in sc.device.changes.iter().enumerate() {
+            e.push(at.as_nanos() as u64, Kind::DeviceChange, ci as u32, 0);
         }
         e
     }
@@ -419,6 +466,7 @@ impl<'s> Engine<'s> {
                 bytes: bs,
                 issued: self.now,
                 cost,
+                hidden: self.tenants[tenant as usize].hidden,
             };
             let idx = match self.free.pop() {
                 Some(i) => {
@@ -561,7 +609,7 @@ impl<'s> Engine<'s> {
 
     fn account_device(&mut self) {
         let dt = self.now - self.dev.last_change;
-        let depth = self.dev.stage.busy as u64 + self.dev.stage.queue.len() as u64;
+        let depth = self.dev.local_depth;
         self.dev.queue_area += depth as u128 * dt as u128;
         if depth > 0 {
             self.dev.busy_ns += dt;
@@ -571,6 +619,9 @@ impl<'s> Engine<'s> {
 
     fn device_submit(&mut self, idx: u32) {
         self.account_device();
+        if !self.ios[idx as usize].hidden {
+            self.dev.local_depth += 1;
+        }
         if self.dev.stage.busy < self.dev.stage.slots {
             self.dev.stage.busy += 1;
             self.device_start(idx);
@@ -582,7 +633,7 @@ impl<'s> Engine<'s> {
     fn device_start(&mut self, idx: u32) {
         let io = self.ios[idx as usize];
         let d = &self.sc.device;
-        let mut service = io.cost * d.parallelism as f64 * NS;
+        let mut service = io.cost * d.parallelism as f64 * NS / self.dev.capacity_factor;
         if d.jitter > 0.0 {
             let tail: f64 = self.rng.sample(Exp1);
             service *= 1.0 - d.jitter + d.jitter * tail;
@@ -608,6 +659,10 @@ impl<'s> Engine<'s> {
         let io = self.ios[idx as usize];
         self.free.push(idx);
         self.completed += 1;
+        if !io.hidden {
+            self.dev.local_depth -= 1;
+            self.dev.completions += 1;
+        }
         let latency = self.now - io.issued;
         let t = &mut self.tenants[io.tenant as usize];
         let c = &mut t.counters;
@@ -628,9 +683,11 @@ impl<'s> Engine<'s> {
         t.acc.bytes += io.bytes as u64;
         t.acc.cost += io.cost;
         t.acc.latency_ns += latency;
-        self.dev.win_latency_ns += latency;
-        self.dev.win_ios += 1;
-        if io.issued >= self.warmup_ns {
+        if !io.hidden {
+            self.dev.win_latency_ns += latency;
+            self.dev.win_ios += 1;
+        }
+        if t.managed && io.issued >= self.warmup_ns {
             t.latency.record_ns(latency);
         }
         self.instances[io.instance as usize].outstanding -= 1;
@@ -646,6 +703,7 @@ impl<'s> Engine<'s> {
         let tenants = self
             .tenants
             .iter_mut()
+            .filter(|t| t.managed)
             .map(|t| {
                 let acc = std::mem::take(&mut t.acc);
                 TenantWindow {
@@ -708,6 +766,9 @@ impl<'s> Engine<'s> {
                 }
                 Kind::Release => self.release(a, b),
                 Kind::Phase => self.apply_phase(a, b),
+                Kind::DeviceChange => {
+                    self.dev.capacity_factor = self.sc.device.changes[a as usize].1;
+                }
                 Kind::Control => {
                     if let Some(c) = controller.as_mut() {
                         let report = c.tick(
@@ -729,7 +790,12 @@ impl<'s> Engine<'s> {
                 }
             }
         }
-        let latency = self.tenants.iter().map(|t| t.latency.summary()).collect();
+        let latency = self
+            .tenants
+            .iter()
+            .filter(|t| t.managed)
+            .map(|t| t.latency.summary())
+            .collect();
         let in_flight: u64 = self.instances.iter().map(|i| i.outstanding as u64).sum();
         EngineOutput {
             windows: self.windows,
@@ -774,6 +840,7 @@ impl Backend for SimBackend<'_, '_> {
         Some(DeviceCounters {
             busy_ns: self.engine.dev.busy_ns,
             queue_ns: self.engine.dev.queue_area.min(u64::MAX as u128) as u64,
+            completions: self.engine.dev.completions,
         })
     }
 

@@ -34,7 +34,8 @@
 //! floors together exceed the device (admission control reports that case);
 //! then every entitlement is scaled down by the same factor.
 
-use super::{MixMemory, Policy, PolicyContext};
+use super::{Feasibility, MixMemory, Policy, PolicyContext};
+use crate::capacity::{CapacityLoop, CapacitySettings, Observation, Verdict};
 use crate::error::ValidationError;
 use crate::model::{Caps, Snapshot, TenantClass, Usage};
 use serde::{Deserialize, Serialize};
@@ -63,7 +64,16 @@ pub struct FloorParams {
     /// Where the backend reports per-tenant latency: a tenant below its floor
     /// counts as starved when its mean latency exceeds this multiple of the
     /// lowest it has shown; otherwise it is taken to want no more than it uses.
+    /// Without `latency_target` or `queue_knee`, the device counts as
+    /// overloaded past the same multiple of its lowest mean latency.
     pub latency_factor: f64,
+    /// Mean device latency above which the device counts as overloaded
+    /// (`"2ms"`), for operators who know their device; it takes precedence
+    /// over `queue_knee` and the automatic baseline.
+    pub latency_target: Option<crate::units::quantity::DurationQ>,
+    /// The most the learned capacity may reach, as a multiple of the model's
+    /// (a conservative model leaves the device partly idle otherwise).
+    pub capacity_max: f64,
 }
 
 impl Default for FloorParams {
@@ -77,6 +87,8 @@ impl Default for FloorParams {
             pressing: 0.9,
             class_priority: true,
             latency_factor: 2.0,
+            latency_target: None,
+            capacity_max: 2.0,
         }
     }
 }
@@ -119,6 +131,20 @@ impl FloorParams {
                 return bad("queue_knee", format!("must be positive, got {k}"));
             }
         }
+        if let Some(t) = self.latency_target {
+            if t.0.is_zero() || t.0 > std::time::Duration::from_secs(10) {
+                return bad(
+                    "latency_target",
+                    format!("must be above 0 and at most 10s, got {:?}", t.0),
+                );
+            }
+        }
+        if !(self.capacity_max >= 1.0 && self.capacity_max <= 100.0) {
+            return bad(
+                "capacity_max",
+                format!("must be in [1, 100], got {}", self.capacity_max),
+            );
+        }
         Ok(())
     }
 }
@@ -143,21 +169,21 @@ const ENFORCEMENT_MARGIN: f64 = 1.05;
 /// back hard in contention, but never stopped dead.
 const MIN_CAP: f64 = 0.001;
 
-/// Per-interval recovery of the capacity estimate towards the cost model's:
-/// slow, because every probe past the real capacity queues the neighbours.
 /// Use/cap ratio from which a tenant counts as held at its cap.
 const HELD_AT_CAP: f64 = 0.98;
-const CAPACITY_RECOVERY: f64 = 1.003;
+/// Share of its floor below which an uncapped tenant counts as held back by the device.
+const SHORT_OF_FLOOR: f64 = 0.9;
+/// The learned capacity never goes below this share of the model's.
+const CAPACITY_MIN: f64 = 0.05;
 
 pub struct FloorPolicy {
     params: FloorParams,
     ctx: PolicyContext,
     mixes: MixMemory,
     state: HashMap<String, TenantState>,
-    /// What the device really does, in cost units per second: the model's
-    /// capacity until the device queue shows overload below it (a write cliff,
-    /// an optimistic calibration), then the throughput measured at saturation.
-    capacity_est: f64,
+    /// What the device really does for us, in cost units per second.
+    capacity: CapacityLoop,
+    feasibility: Option<Feasibility>,
 }
 
 /// One tenant's figures for a decision, all in cost units per second.
@@ -179,11 +205,21 @@ struct Priced {
 impl FloorPolicy {
     pub fn new(params: FloorParams, ctx: PolicyContext) -> Self {
         FloorPolicy {
-            params,
-            ctx,
             mixes: MixMemory::default(),
             state: HashMap::new(),
-            capacity_est: ctx.capacity,
+            capacity: CapacityLoop::new(
+                CapacitySettings {
+                    latency_target_us: params.latency_target.map(|t| t.0.as_secs_f64() * 1e6),
+                    queue_knee: params.queue_knee,
+                    latency_factor: params.latency_factor,
+                    min_factor: CAPACITY_MIN,
+                    max_factor: params.capacity_max,
+                },
+                ctx.capacity,
+            ),
+            feasibility: None,
+            params,
+            ctx,
         }
     }
 }
@@ -238,7 +274,11 @@ impl Policy for FloorPolicy {
     }
 
     fn capacity_estimate(&self) -> Option<f64> {
-        Some(self.capacity_est)
+        Some(self.capacity.estimate())
+    }
+
+    fn feasibility(&self) -> Option<Feasibility> {
+        self.feasibility
     }
 
     fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
@@ -353,50 +393,59 @@ impl FloorPolicy {
         }
     }
 
-    /// Step 2: learn the device's capacity from a saturated queue, and decide
-    /// whether it is contended (crate::judge).
+    /// Step 2: learn the device's capacity (crate::capacity), decide
+    /// whether it is contended (crate::judge) and whether the floors fit.
     fn judge_device(&mut self, snapshot: &Snapshot, priced: &Pricing) -> DeviceVerdict {
         let p = &self.params;
         let (usage, total) = (&priced.usage, priced.total);
-        // A learned capacity never goes below what the floors need: one
-        // interval's measurement must not break a promise.
-        let floors_need = priced.floor_costs.iter().sum::<f64>() / p.target_utilisation;
+        let active = || usage.iter().enumerate().filter(|(_, &u)| u > 0.0);
+        // Learning from the total is right only if something other than our
+        // own caps held the tenants back; when every capped tenant got its
+        // cap, a high latency is slower service, and cutting would ratchet
+        // the estimate down by the target utilisation every interval.
+        let any_capped = active().any(|(i, _)| priced.prev[i].cap.is_some());
+        let held_by_device = !any_capped
+            || active().any(|(i, &u)| match priced.prev[i].cap {
+                Some(cap) => u < HELD_AT_CAP * cap,
+                None => u < SHORT_OF_FLOOR * priced.floor_costs[i],
+            });
+        let wants_more =
+            active().any(|(i, &u)| priced.prev[i].cap.is_some_and(|cap| u >= p.pressing * cap));
+        let capacity = match snapshot.device {
+            Some(dev) => self.capacity.update(&Observation {
+                latency_us: dev.mean_latency_us(),
+                avg_queue: Some(dev.avg_queue),
+                served: total,
+                held_by_device,
+                wants_more,
+                floors_need: priced.floor_costs.iter().sum::<f64>() / p.target_utilisation,
+            }),
+            None => self.capacity.estimate(),
+        };
         let queue_overloaded = match (p.queue_knee, snapshot.device) {
             (Some(knee), Some(dev)) => Some(dev.avg_queue > knee),
             _ => None,
         };
-        // A queue past the knee says the device is saturated, but the total
-        // measures its capacity only if something other than our own caps held
-        // the tenants back: when every active tenant ran at its cap (a deep-queue
-        // tenant capped below the rest), learning from the total would ratchet
-        // the estimate down by the target utilisation every interval.
-        let device_bound = usage
-            .iter()
-            .zip(&priced.prev)
-            .any(|(&u, st)| u > 0.0 && st.cap.is_none_or(|cap| u < HELD_AT_CAP * cap));
-        self.capacity_est = match queue_overloaded {
-            // Saturated below the model's capacity: the device does less than modelled.
-            Some(true) if device_bound && total > 0.0 && total < self.capacity_est => {
-                total.max(floors_need.min(self.ctx.capacity))
-            }
-            Some(false) => (self.capacity_est * CAPACITY_RECOVERY).min(self.ctx.capacity),
-            _ => self.capacity_est,
-        };
-        let capacity = self.capacity_est;
         let contended = crate::judge::contended(
             total / capacity,
             p.border,
             snapshot.device.map(|d| d.avg_queue),
             p.queue_knee,
-        );
+        ) || self.capacity.verdict() == Verdict::Overloaded;
+        let floors: f64 = active().map(|(i, _)| priced.floor_costs[i]).sum();
+        let can_give = p.target_utilisation * capacity;
+        self.feasibility = Some(Feasibility {
+            capacity,
+            floors,
+            shortfall: (floors - can_give).max(0.0),
+        });
         // Only tenants doing I/O compete; one alone needs no cap but its ceiling.
-        let active = usage.iter().filter(|&&u| u > 0.0).count();
         DeviceVerdict {
             capacity,
             contended,
             overloaded: queue_overloaded.unwrap_or(contended),
-            to_share: if active >= 2 {
-                p.target_utilisation * capacity
+            to_share: if active().count() >= 2 {
+                can_give
             } else {
                 f64::INFINITY
             },

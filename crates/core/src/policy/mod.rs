@@ -31,6 +31,32 @@ pub trait Policy: Send {
     fn capacity_estimate(&self) -> Option<f64> {
         None
     }
+
+    /// Whether the active tenants' floors fit what the policy can hand out,
+    /// for metrics and the API; `None` for policies that do not judge it.
+    fn feasibility(&self) -> Option<Feasibility> {
+        None
+    }
+}
+
+/// Do the floors fit the device as the policy now sees it? All in cost
+/// units per second.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Feasibility {
+    /// The capacity the policy believes in (learned, or the model's).
+    pub capacity: f64,
+    /// What the floors of the tenants doing I/O cost.
+    pub floors: f64,
+    /// How much the floors exceed what is handed out (`target_utilisation` ×
+    /// capacity); 0 when they fit. While positive, every entitlement is
+    /// scaled down by the same factor.
+    pub shortfall: f64,
+}
+
+impl Feasibility {
+    pub fn feasible(&self) -> bool {
+        self.shortfall <= 0.0
+    }
 }
 
 /// What every policy knows about the device.

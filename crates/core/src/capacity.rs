@@ -1,0 +1,402 @@
+//! Closed-loop capacity: what the device can do *now*, learned every interval
+//! from what it shows, instead of trusted from the cost model.
+//!
+//! The cost model prices floors; this loop scales how much of them fits. A
+//! device delivers less than its model after a write cliff, under garbage
+//! collection, with an optimistic calibration, or when another host shares
+//! it; more with a conservative model. Both show at the device: overloaded,
+//! its I/Os queue and their latency rises far above the unloaded value; with
+//! room, latency stays near it while tenants press against their caps.
+//!
+//! The loop is in the family of Linux io.cost's `vrate` (scaled by whether
+//! latency percentiles meet `io.cost.qos`) and PARDA's latency-window control
+//! (FAST '09), with two differences that keep floors rather than proportions:
+//! - **Down, in one interval, to what was measured.** When the device is
+//!   overloaded and something other than our own caps held the tenants back,
+//!   the throughput it delivered *is* its capacity for us (another host's
+//!   share already taken): the estimate becomes that figure at once, not a
+//!   step towards it, so floors are re-priced within one interval.
+//! - **Up, quickly to the last level known good, slowly beyond it.** With
+//!   room and tenants asking for more, the estimate grows by a step that
+//!   doubles each interval (1 % to 8 %) up to the level of the last overload
+//!   (or the model's capacity, with none in the last two minutes), after
+//!   holding a few intervals. Past that level it only probes, by 1 % an
+//!   interval, when the device shows clear room (latency or queue below
+//!   60 % of the threshold) and no overload came in the last half minute.
+//!   That recovers after a cliff ends or a neighbour goes idle, and finds a
+//!   conservative model's spare capacity, without the sawtooth of
+//!   multiplicative-increase loops, whose every overshoot queues the
+//!   neighbours' I/O.
+//!
+//! - **Saturated is not the same as starved.** A latency above the target
+//!   while every tenant got what we allowed means the device runs with a
+//!   standing queue (our caps admit about what it does) or serves each I/O
+//!   more slowly. Either way nobody is short, so the throughput is no
+//!   measure of capacity: the estimate steps down by 3 % (the queue drains,
+//!   and the latency with it), but never below what the floors need.
+//!
+//! Overload is judged by, in order: the operator's `latency_target` (mean
+//! device latency; `/proc/diskstats` gives means, not percentiles), the
+//! calibrated `queue_knee`, or automatically, latency above
+//! `latency_factor` × the lowest mean latency of the last
+//! [`BASELINE_WINDOW`] intervals. A window, not an all-time minimum, so a
+//! device that became slower per I/O (a write cliff) resets the baseline
+//! within a minute instead of being cut forever; the cuts drain a queue far
+//! sooner than that, so an overload cannot hide in the window.
+
+use serde::{Deserialize, Serialize};
+
+/// What the loop sees of one interval.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Observation {
+    /// Mean time an I/O spent at the device, in µs, where it is known.
+    pub latency_us: Option<f64>,
+    /// Mean device queue (iostat `aqu-sz`), where it is known.
+    pub avg_queue: Option<f64>,
+    /// Cost rate this host's tenants were served, in cost units per second.
+    pub served: f64,
+    /// Something other than our own caps limited a tenant: an uncapped
+    /// tenant below its floor, a capped one below its cap, or no caps at all.
+    pub held_by_device: bool,
+    /// Some tenant pressed against its cap: more capacity would be used.
+    pub wants_more: bool,
+    /// What the floors of the active tenants need (cost units per second,
+    /// already divided by the target utilisation): a step down on a
+    /// saturated device never goes below it.
+    pub floors_need: f64,
+}
+
+/// The loop's verdict on an interval, for logs and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Nothing to judge by (no device figures, or no I/O): estimate kept.
+    Unknown,
+    /// Overloaded and held back by the device: estimate set to what it served.
+    Overloaded,
+    /// Latency high but every tenant got what we allowed: stepped down
+    /// (the device keeps a standing queue, or serves each I/O more slowly).
+    Saturated,
+    /// Room, and tenants want more: estimate raised.
+    Room,
+    /// Room, but nobody asks for more: estimate kept.
+    Idle,
+}
+
+/// How overload is judged.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CapacitySettings {
+    /// Mean device latency above which the device counts as overloaded.
+    pub latency_target_us: Option<f64>,
+    /// Device queue above which it counts as overloaded (calibrated).
+    pub queue_knee: Option<f64>,
+    /// Without either: overload is latency above this multiple of the
+    /// lowest seen.
+    pub latency_factor: f64,
+    /// Bounds of the estimate, as multiples of the model's capacity.
+    pub min_factor: f64,
+    pub max_factor: f64,
+}
+
+/// Smallest and largest growth per interval while approaching the last level known good.
+const STEP_MIN: f64 = 0.01;
+const STEP_MAX: f64 = 0.08;
+/// Growth per interval beyond the last overload's level.
+const PROBE_STEP: f64 = 0.01;
+/// Intervals to hold after an overload before growing again.
+const HOLD_INTERVALS: u32 = 3;
+/// Intervals after an overload before probing past its level.
+const HOLD_BEYOND_INTERVALS: u32 = 30;
+/// Intervals after which the last overload's level is forgotten.
+const MEMORY_INTERVALS: u32 = 120;
+/// Share of the overload threshold below which the device has clear room:
+/// only then is capacity probed past the last level known good (near the
+/// threshold, a probe would mostly queue the neighbours' I/O).
+const CLEAR_ROOM: f64 = 0.6;
+/// Intervals over which the automatic latency baseline is the lowest mean.
+pub const BASELINE_WINDOW: usize = 60;
+/// Step down on a saturated device (standing queue, nobody short).
+const SATURATED_STEP: f64 = 0.97;
+
+/// The learned capacity and what it remembers.
+#[derive(Debug, Clone)]
+pub struct CapacityLoop {
+    settings: CapacitySettings,
+    model: f64,
+    estimate: f64,
+    /// Recent mean latencies (µs), newest last, for the automatic baseline.
+    recent_us: std::collections::VecDeque<f64>,
+    step: f64,
+    /// Level of the last overload, and intervals since.
+    last_overload: Option<(f64, u32)>,
+    verdict: Verdict,
+}
+
+impl CapacityLoop {
+    /// Starts at the model's capacity (cost units per second).
+    pub fn new(settings: CapacitySettings, model: f64) -> CapacityLoop {
+        CapacityLoop {
+            settings,
+            model,
+            estimate: model,
+            recent_us: std::collections::VecDeque::with_capacity(BASELINE_WINDOW),
+            step: STEP_MIN,
+            last_overload: None,
+            verdict: Verdict::Unknown,
+        }
+    }
+
+    pub fn estimate(&self) -> f64 {
+        self.estimate
+    }
+
+    pub fn verdict(&self) -> Verdict {
+        self.verdict
+    }
+
+    /// The lowest mean device latency of the last [`BASELINE_WINDOW`] intervals (µs).
+    pub fn baseline_us(&self) -> Option<f64> {
+        self.recent_us.iter().copied().reduce(f64::min)
+    }
+
+    fn bounds(&self) -> (f64, f64) {
+        (
+            self.model * self.settings.min_factor,
+            self.model * self.settings.max_factor,
+        )
+    }
+
+    /// How loaded the interval shows the device; `None` if it cannot be told.
+    fn load(&mut self, obs: &Observation) -> Option<Load> {
+        let latency = obs.latency_us.filter(|l| l.is_finite() && *l > 0.0);
+        let judge = |value: f64, limit: f64| {
+            if value > limit {
+                Load::Over
+            } else if value < CLEAR_ROOM * limit {
+                Load::Clear
+            } else {
+                Load::Near
+            }
+        };
+        if let (Some(target), Some(l)) = (self.settings.latency_target_us, latency) {
+            return Some(judge(l, target));
+        }
+        if let (Some(knee), Some(q)) = (self.settings.queue_knee, obs.avg_queue) {
+            return q.is_finite().then(|| judge(q, knee));
+        }
+        let l = latency?;
+        let load = self.baseline_us().map_or(Load::Near, |base| {
+            judge(l, self.settings.latency_factor * base)
+        });
+        if self.recent_us.len() == BASELINE_WINDOW {
+            self.recent_us.pop_front();
+        }
+        self.recent_us.push_back(l);
+        Some(load)
+    }
+
+    /// Learns from one interval; returns the new estimate.
+    pub fn update(&mut self, obs: &Observation) -> f64 {
+        let (low, high) = self.bounds();
+        if let Some((_, age)) = self.last_overload.as_mut() {
+            *age += 1;
+            if *age > MEMORY_INTERVALS {
+                self.last_overload = None;
+            }
+        }
+        let served = obs.served.is_finite().then_some(obs.served.max(0.0));
+        self.verdict = match (self.load(obs), served) {
+            (Some(Load::Over), Some(s)) if obs.held_by_device && s > 0.0 => {
+                self.estimate = s.clamp(low, high).min(self.estimate);
+                self.last_overload = Some((self.estimate, 0));
+                self.step = STEP_MIN;
+                Verdict::Overloaded
+            }
+            (Some(Load::Over), Some(_)) if !obs.held_by_device => {
+                let floor = obs.floors_need.clamp(low, high);
+                self.estimate = (self.estimate * SATURATED_STEP).max(floor.min(self.estimate));
+                self.step = STEP_MIN;
+                Verdict::Saturated
+            }
+            (Some(load @ (Load::Clear | Load::Near)), Some(_)) if obs.wants_more => {
+                self.grow(high, load == Load::Clear);
+                Verdict::Room
+            }
+            (Some(Load::Clear | Load::Near), _) => Verdict::Idle,
+            _ => Verdict::Unknown,
+        };
+        self.estimate
+    }
+
+    /// Grows fast up to the last overload's level (or the model's capacity,
+    /// with none remembered), and past it only by probing, on clear room.
+    fn grow(&mut self, high: f64, clear_room: bool) {
+        let since_overload = self.last_overload.map(|(_, age)| age);
+        if since_overload.is_some_and(|age| age < HOLD_INTERVALS) {
+            return;
+        }
+        let reference = self.last_overload.map_or(self.model, |(level, _)| level);
+        let grown = if self.estimate < reference {
+            let grown = (self.estimate * (1.0 + self.step)).min(reference);
+            self.step = (self.step * 2.0).min(STEP_MAX);
+            grown
+        } else if clear_room && since_overload.is_none_or(|age| age >= HOLD_BEYOND_INTERVALS) {
+            self.estimate * (1.0 + PROBE_STEP)
+        } else {
+            return;
+        };
+        self.estimate = grown.min(high).max(self.estimate);
+    }
+}
+
+/// How loaded an interval shows the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Load {
+    /// Past the target, the knee or the automatic threshold.
+    Over,
+    /// Below it, but not by [`CLEAR_ROOM`].
+    Near,
+    /// Well below it: room worth probing for.
+    Clear,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> CapacitySettings {
+        CapacitySettings {
+            latency_target_us: None,
+            queue_knee: None,
+            latency_factor: 2.0,
+            min_factor: 0.05,
+            max_factor: 2.0,
+        }
+    }
+
+    fn obs(latency_us: f64, served: f64, held: bool, wants: bool) -> Observation {
+        Observation {
+            latency_us: Some(latency_us),
+            avg_queue: None,
+            served,
+            held_by_device: held,
+            wants_more: wants,
+            floors_need: 0.3,
+        }
+    }
+
+    #[test]
+    fn overload_sets_the_estimate_to_what_was_served_in_one_interval() {
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        c.update(&obs(100.0, 0.5, true, false));
+        assert_eq!(c.update(&obs(900.0, 0.6, true, true)), 0.6);
+        assert_eq!(c.verdict(), Verdict::Overloaded);
+    }
+
+    #[test]
+    fn a_saturated_device_steps_down_but_never_below_the_floors_need() {
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        c.update(&obs(100.0, 0.5, true, false));
+        assert_eq!(c.update(&obs(300.0, 0.9, false, true)), 0.97);
+        assert_eq!(c.verdict(), Verdict::Saturated);
+        for _ in 0..100 {
+            c.update(&obs(300.0, 0.5, false, true));
+        }
+        assert!(c.estimate() >= 0.3, "{}", c.estimate());
+    }
+
+    #[test]
+    fn a_device_slower_per_io_resets_the_baseline_within_its_window() {
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        c.update(&obs(100.0, 0.5, true, false));
+        // Every I/O now takes three times as long, queue or not.
+        let verdicts: Vec<Verdict> = (0..2 * BASELINE_WINDOW)
+            .map(|_| {
+                c.update(&obs(300.0, 0.5, false, true));
+                c.verdict()
+            })
+            .collect();
+        assert_eq!(c.baseline_us(), Some(300.0));
+        assert_eq!(verdicts.last(), Some(&Verdict::Room), "{verdicts:?}");
+    }
+
+    #[test]
+    fn recovers_quickly_to_the_last_good_level_and_slowly_beyond() {
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        c.update(&obs(100.0, 0.5, true, false));
+        c.update(&obs(900.0, 0.8, true, true));
+        // Saturated for a while: stepped down below the level of the overload.
+        for _ in 0..5 {
+            c.update(&obs(900.0, 0.8, false, true));
+        }
+        assert!(c.estimate() < 0.7);
+        let mut path = vec![c.estimate()];
+        for _ in 0..80 {
+            path.push(c.update(&obs(100.0, 0.5, true, true)));
+        }
+        for w in path.windows(2) {
+            assert!(w[1] >= w[0] && w[1] <= w[0] * (1.0 + STEP_MAX) + 1e-12);
+        }
+        // Back to the last good level within a few intervals, then held...
+        assert_eq!(path[6], 0.8, "{path:?}");
+        assert_eq!(path[HOLD_BEYOND_INTERVALS as usize - 8], 0.8, "{path:?}");
+        // ...then probed past it by 1 % an interval.
+        assert!(
+            path[80] > 0.8 && path[80] < 0.8 * 1.01f64.powi(60),
+            "{path:?}"
+        );
+    }
+
+    #[test]
+    fn probes_past_the_model_only_on_clear_room() {
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        c.update(&obs(100.0, 0.5, true, false));
+        // Near the threshold (1.5x the baseline of 100 µs, threshold 200 µs).
+        for _ in 0..10 {
+            c.update(&obs(150.0, 0.97, true, true));
+        }
+        assert_eq!(c.estimate(), 1.0);
+        for _ in 0..10 {
+            c.update(&obs(100.0, 0.97, true, true));
+        }
+        assert!((c.estimate() - 1.01f64.powi(10)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_target_or_a_knee_decides_overload_when_given() {
+        let mut s = settings();
+        s.latency_target_us = Some(2000.0);
+        let mut c = CapacityLoop::new(s, 1.0);
+        c.update(&obs(1000.0, 0.9, true, true));
+        assert_eq!(c.verdict(), Verdict::Room);
+        c.update(&obs(2500.0, 0.7, true, true));
+        assert_eq!((c.verdict(), c.estimate()), (Verdict::Overloaded, 0.7));
+        let mut s = settings();
+        s.queue_knee = Some(4.0);
+        let mut c = CapacityLoop::new(s, 1.0);
+        c.update(&Observation {
+            avg_queue: Some(9.0),
+            served: 0.8,
+            held_by_device: true,
+            ..Default::default()
+        });
+        assert_eq!(c.estimate(), 0.8);
+    }
+
+    #[test]
+    fn never_leaves_its_bounds_and_ignores_nonsense() {
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        c.update(&obs(100.0, 0.5, true, false));
+        c.update(&obs(1e9, 1e-9, true, true));
+        assert_eq!(c.estimate(), 0.05);
+        c.update(&obs(1e10, 1.0, false, true));
+        assert_eq!(c.estimate(), 0.05, "a step down stays in bounds");
+        for _ in 0..500 {
+            c.update(&obs(1.0, 2.0, true, true));
+        }
+        assert_eq!(c.estimate(), 2.0);
+        c.update(&obs(f64::NAN, f64::NAN, true, true));
+        assert_eq!(c.verdict(), Verdict::Unknown);
+        assert_eq!(c.estimate(), 2.0);
+    }
+}
