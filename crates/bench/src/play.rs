@@ -235,6 +235,7 @@ impl<'s> Play<'s> {
                         / secs)
                         .min(1.0),
                     mean_latency_ms: None,
+                    capacity: None,
                 };
                 last_disk = disk;
                 windows.push(Window {

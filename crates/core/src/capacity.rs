@@ -32,8 +32,10 @@
 //!   while every tenant got what we allowed means the device runs with a
 //!   standing queue (our caps admit about what it does) or serves each I/O
 //!   more slowly. Either way nobody is short, so the throughput is no
-//!   measure of capacity: the estimate steps down by 3 % (the queue drains,
-//!   and the latency with it), but never below what the floors need.
+//!   measure of capacity: the estimate steps down by 3 % (a queue drains,
+//!   and the latency with it), but never below what the floors need. If
+//!   the latency does not come down after a step, the device is slower per
+//!   I/O, not queueing: the automatic baseline restarts from that latency.
 //!
 //! Overload is judged by, in order: the operator's `latency_target` (mean
 //! device latency; `/proc/diskstats` gives means, not percentiles), the
@@ -117,6 +119,8 @@ const CLEAR_ROOM: f64 = 0.6;
 pub const BASELINE_WINDOW: usize = 60;
 /// Step down on a saturated device (standing queue, nobody short).
 const SATURATED_STEP: f64 = 0.97;
+/// A latency above this share of the one before a step down is no improvement.
+const NO_IMPROVEMENT: f64 = 0.95;
 
 /// The learned capacity and what it remembers.
 #[derive(Debug, Clone)]
@@ -126,6 +130,8 @@ pub struct CapacityLoop {
     estimate: f64,
     /// Recent mean latencies (µs), newest last, for the automatic baseline.
     recent_us: std::collections::VecDeque<f64>,
+    /// The latency when the last interval stepped the estimate down.
+    stepped_down_at_us: Option<f64>,
     step: f64,
     /// Level of the last overload, and intervals since.
     last_overload: Option<(f64, u32)>,
@@ -140,6 +146,7 @@ impl CapacityLoop {
             model,
             estimate: model,
             recent_us: std::collections::VecDeque::with_capacity(BASELINE_WINDOW),
+            stepped_down_at_us: None,
             step: STEP_MIN,
             last_overload: None,
             verdict: Verdict::Unknown,
@@ -167,7 +174,7 @@ impl CapacityLoop {
     }
 
     /// How loaded the interval shows the device; `None` if it cannot be told.
-    fn load(&mut self, obs: &Observation) -> Option<Load> {
+    fn load(&mut self, obs: &Observation, stepped_down_at_us: Option<f64>) -> Option<Load> {
         let latency = obs.latency_us.filter(|l| l.is_finite() && *l > 0.0);
         let judge = |value: f64, limit: f64| {
             if value > limit {
@@ -185,9 +192,20 @@ impl CapacityLoop {
             return q.is_finite().then(|| judge(q, knee));
         }
         let l = latency?;
-        let load = self.baseline_us().map_or(Load::Near, |base| {
+        let mut load = self.baseline_us().map_or(Load::Near, |base| {
             judge(l, self.settings.latency_factor * base)
         });
+        if load == Load::Over && !obs.held_by_device {
+            if let Some(before) = stepped_down_at_us {
+                if l >= NO_IMPROVEMENT * before {
+                    // The last step down did not bring the latency down: the
+                    // device serves each I/O more slowly (a write cliff), it
+                    // is not queueing. This is its unloaded latency now.
+                    self.recent_us.clear();
+                    load = Load::Near;
+                }
+            }
+        }
         if self.recent_us.len() == BASELINE_WINDOW {
             self.recent_us.pop_front();
         }
@@ -205,7 +223,8 @@ impl CapacityLoop {
             }
         }
         let served = obs.served.is_finite().then_some(obs.served.max(0.0));
-        self.verdict = match (self.load(obs), served) {
+        let stepped_down_at_us = self.stepped_down_at_us.take();
+        self.verdict = match (self.load(obs, stepped_down_at_us), served) {
             (Some(Load::Over), Some(s)) if obs.held_by_device && s > 0.0 => {
                 self.estimate = s.clamp(low, high).min(self.estimate);
                 self.last_overload = Some((self.estimate, 0));
@@ -216,6 +235,7 @@ impl CapacityLoop {
                 let floor = obs.floors_need.clamp(low, high);
                 self.estimate = (self.estimate * SATURATED_STEP).max(floor.min(self.estimate));
                 self.step = STEP_MIN;
+                self.stepped_down_at_us = obs.latency_us;
                 Verdict::Saturated
             }
             (Some(load @ (Load::Clear | Load::Near)), Some(_)) if obs.wants_more => {
@@ -297,27 +317,36 @@ mod tests {
     fn a_saturated_device_steps_down_but_never_below_the_floors_need() {
         let mut c = CapacityLoop::new(settings(), 1.0);
         c.update(&obs(100.0, 0.5, true, false));
-        assert_eq!(c.update(&obs(300.0, 0.9, false, true)), 0.97);
+        assert_eq!(c.update(&obs(900.0, 0.9, false, true)), 0.97);
         assert_eq!(c.verdict(), Verdict::Saturated);
-        for _ in 0..100 {
-            c.update(&obs(300.0, 0.5, false, true));
+        // Each step helps, never enough: down to the floors' need.
+        let mut latency: f64 = 900.0;
+        for _ in 0..12 {
+            latency *= 0.9;
+            c.update(&Observation {
+                floors_need: 0.8,
+                ..obs(latency, 0.5, false, true)
+            });
+            assert_eq!(c.verdict(), Verdict::Saturated);
         }
-        assert!(c.estimate() >= 0.3, "{}", c.estimate());
+        assert!((c.estimate() - 0.8).abs() < 1e-12, "{}", c.estimate());
     }
 
     #[test]
-    fn a_device_slower_per_io_resets_the_baseline_within_its_window() {
+    fn a_device_slower_per_io_resets_the_baseline_after_one_step() {
         let mut c = CapacityLoop::new(settings(), 1.0);
         c.update(&obs(100.0, 0.5, true, false));
-        // Every I/O now takes three times as long, queue or not.
-        let verdicts: Vec<Verdict> = (0..2 * BASELINE_WINDOW)
+        // Every I/O now takes three times as long, queue or not: one step
+        // down, which does not help, and the baseline restarts.
+        let verdicts: Vec<Verdict> = (0..4)
             .map(|_| {
                 c.update(&obs(300.0, 0.5, false, true));
                 c.verdict()
             })
             .collect();
         assert_eq!(c.baseline_us(), Some(300.0));
-        assert_eq!(verdicts.last(), Some(&Verdict::Room), "{verdicts:?}");
+        assert_eq!(verdicts[..2], [Verdict::Saturated, Verdict::Room], "{verdicts:?}");
+        assert_eq!(c.estimate(), 1.0, "back to the model's within a few intervals");
     }
 
     #[test]
@@ -326,8 +355,8 @@ mod tests {
         c.update(&obs(100.0, 0.5, true, false));
         c.update(&obs(900.0, 0.8, true, true));
         // Saturated for a while: stepped down below the level of the overload.
-        for _ in 0..5 {
-            c.update(&obs(900.0, 0.8, false, true));
+        for latency in [900.0, 800.0, 700.0, 620.0, 560.0] {
+            c.update(&obs(latency, 0.8, false, true));
         }
         assert!(c.estimate() < 0.7);
         let mut path = vec![c.estimate()];

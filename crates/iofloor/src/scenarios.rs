@@ -1,11 +1,16 @@
 //! The shipped scenarios, built into the binary so `iofloor sim noisy-4` works
 //! from anywhere. The files in `scenarios/` are the source.
 
-const BUILTIN: [(&str, &str); 5] = [
+const BUILTIN: [(&str, &str); 10] = [
     ("noisy-4", include_str!("../../../scenarios/noisy-4.toml")),
     ("noisy-20", include_str!("../../../scenarios/noisy-20.toml")),
     ("size-mix", include_str!("../../../scenarios/size-mix.toml")),
     ("hybrid", include_str!("../../../scenarios/hybrid.toml")),
+    ("cliff", include_str!("../../../scenarios/cliff.toml")),
+    ("stolen", include_str!("../../../scenarios/stolen.toml")),
+    ("on-off", include_str!("../../../scenarios/on-off.toml")),
+    ("churn", include_str!("../../../scenarios/churn.toml")),
+    ("tight", include_str!("../../../scenarios/tight.toml")),
     (
         "hybrid-real",
         include_str!("../../../scenarios/bench/hybrid-real.toml"),

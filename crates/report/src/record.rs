@@ -59,6 +59,10 @@ pub struct DeviceWindow {
     pub avg_queue: f64,
     pub utilisation: f64,
     pub mean_latency_ms: Option<f64>,
+    /// The capacity the policy believed in at the window's end, in cost
+    /// units per second (1.0 = the model's), where it learns one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -296,6 +296,8 @@ pub struct Engine<'s> {
     completed: u64,
     warmup_ns: u64,
     window_ns: u64,
+    /// The controller's capacity estimate after its last decision.
+    capacity_estimate: Option<f64>,
 }
 
 impl<'s> Engine<'s> {
@@ -319,6 +321,7 @@ impl<'s> Engine<'s> {
             completed: 0,
             warmup_ns: sc.warmup.as_nanos() as u64,
             window_ns: 1_000_000_000,
+            capacity_estimate: None,
         };
         let unmanaged = sc.unmanaged.iter().map(|u| {
             let spec = TenantSpec::new(u.name.clone(), TenantClass::Container);
@@ -726,6 +729,7 @@ impl<'s> Engine<'s> {
             utilisation: busy as f64 / self.window_ns as f64,
             mean_latency_ms: (self.dev.win_ios > 0)
                 .then(|| self.dev.win_latency_ns as f64 / self.dev.win_ios as f64 / 1e6),
+            capacity: self.capacity_estimate,
         };
         self.dev.win_area = self.dev.queue_area;
         self.dev.win_busy = self.dev.busy_ns;
@@ -776,6 +780,7 @@ impl<'s> Engine<'s> {
                             &mut SimBackend { engine: &mut self },
                         );
                         decisions.record(report.decision_time);
+                        self.capacity_estimate = c.capacity_estimate();
                     }
                     if self.now + interval <= end {
                         self.push(self.now + interval, Kind::Control, 0, 0);

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct SimArgs {
-    /// A scenario file, or the name of a shipped one (noisy-4, noisy-20, size-mix, hybrid, hybrid-real).
+    /// A scenario file, or the name of a shipped one (`iofloor scenarios` lists them).
     scenario: String,
     /// Policy to run (none, static, top-throttle, floor); repeat for several. Default: all.
     #[arg(long = "policy")]
