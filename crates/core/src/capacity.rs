@@ -41,7 +41,9 @@
 //! device latency; `/proc/diskstats` gives means, not percentiles), the
 //! calibrated `queue_knee`, or automatically, latency above
 //! `latency_factor` × the lowest mean latency of the last
-//! [`BASELINE_WINDOW`] intervals. A window, not an all-time minimum, so a
+//! [`BASELINE_WINDOW`] intervals in which the device kept up or was not
+//! contended (before there is one, a device contended by the cost model
+//! counts as overloaded). A window, not an all-time minimum, so a
 //! device that became slower per I/O (a write cliff) resets the baseline
 //! within a minute instead of being cut forever; the cuts drain a queue far
 //! sooner than that, so an overload cannot hide in the window.
@@ -62,6 +64,8 @@ pub struct Observation {
     pub held_by_device: bool,
     /// Some tenant pressed against its cap: more capacity would be used.
     pub wants_more: bool,
+    /// The cost model says the device is busy (served ≥ `border` of the estimate).
+    pub contended: bool,
     /// What the floors of the active tenants need (cost units per second,
     /// already divided by the target utilisation): a step down on a
     /// saturated device never goes below it.
@@ -192,7 +196,10 @@ impl CapacityLoop {
             return q.is_finite().then(|| judge(q, knee));
         }
         let l = latency?;
-        let mut load = self.baseline_us().map_or(Load::Near, |base| {
+        // Without a baseline yet, the cost model judges: a device at its
+        // modelled capacity is overloaded.
+        let by_model = if obs.contended { Load::Over } else { Load::Near };
+        let mut load = self.baseline_us().map_or(by_model, |base| {
             judge(l, self.settings.latency_factor * base)
         });
         if load == Load::Over && !obs.held_by_device {
@@ -206,10 +213,15 @@ impl CapacityLoop {
                 }
             }
         }
-        if self.recent_us.len() == BASELINE_WINDOW {
-            self.recent_us.pop_front();
+        // A latency is a baseline only if the device kept up (nobody was held
+        // back) or was not contended: a device busy from the first interval
+        // would otherwise take its queueing for its unloaded latency.
+        if !obs.held_by_device || !obs.contended {
+            if self.recent_us.len() == BASELINE_WINDOW {
+                self.recent_us.pop_front();
+            }
+            self.recent_us.push_back(l);
         }
-        self.recent_us.push_back(l);
         Some(load)
     }
 
@@ -301,6 +313,7 @@ mod tests {
             served,
             held_by_device: held,
             wants_more: wants,
+            contended: false,
             floors_need: 0.3,
         }
     }
@@ -389,6 +402,24 @@ mod tests {
             c.update(&obs(100.0, 0.97, true, true));
         }
         assert!((c.estimate() - 1.01f64.powi(10)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_device_busy_from_the_start_is_judged_by_the_model_until_it_keeps_up() {
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        let busy = |latency, held| Observation {
+            contended: true,
+            ..obs(latency, 0.95, held, false)
+        };
+        // Queueing from the first interval, tenants held back: no baseline
+        // is taken from it, and the model's verdict stands.
+        c.update(&busy(5000.0, true));
+        assert_eq!((c.verdict(), c.baseline_us()), (Verdict::Overloaded, None));
+        // Caps set, everyone gets what was allowed: the device keeps up.
+        c.update(&busy(400.0, false));
+        assert_eq!(c.baseline_us(), Some(400.0));
+        c.update(&busy(5000.0, true));
+        assert_eq!(c.verdict(), Verdict::Overloaded);
     }
 
     #[test]

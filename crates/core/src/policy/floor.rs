@@ -171,8 +171,9 @@ const MIN_CAP: f64 = 0.001;
 
 /// Use/cap ratio from which a tenant counts as held at its cap.
 const HELD_AT_CAP: f64 = 0.98;
-/// Share of its floor below which an uncapped tenant counts as held back by the device.
-const SHORT_OF_FLOOR: f64 = 0.9;
+/// Share of its floor below which an uncapped tenant counts as held back by
+/// the device: where the reports count a floor as missed.
+const SHORT_OF_FLOOR: f64 = crate::judge::MISS_THRESHOLD;
 /// The learned capacity never goes below this share of the model's.
 const CAPACITY_MIN: f64 = 0.05;
 
@@ -312,6 +313,10 @@ struct DeviceVerdict {
     contended: bool,
     /// The queue (or, without a knee, the load) says the device is saturated.
     overloaded: bool,
+    /// The capacity loop found the device overloaded with tenants held back:
+    /// a tenant below its floor is starved, whatever its own latency says
+    /// (its baseline may have been taken on a queue).
+    capacity_overloaded: bool,
     /// What step 4 shares out: the target share of capacity, or everything
     /// when fewer than two tenants compete.
     to_share: f64,
@@ -418,6 +423,7 @@ impl FloorPolicy {
                 served: total,
                 held_by_device,
                 wants_more,
+                contended: total >= p.border * self.capacity.estimate(),
                 floors_need: priced.floor_costs.iter().sum::<f64>() / p.target_utilisation,
             }),
             None => self.capacity.estimate(),
@@ -444,6 +450,8 @@ impl FloorPolicy {
             capacity,
             contended,
             overloaded: queue_overloaded.unwrap_or(contended),
+            capacity_overloaded: snapshot.device.is_some()
+                && self.capacity.verdict() == Verdict::Overloaded,
             to_share: if active().count() >= 2 {
                 can_give
             } else {
@@ -478,10 +486,11 @@ impl FloorPolicy {
                 let latency = t.usage.and_then(|u| u.latency_us);
                 let starved = u > 0.0
                     && u < floor
-                    && match (latency, priced.latency_floor[i]) {
-                        (Some(l), Some(base)) => l > p.latency_factor * base,
-                        _ => device.overloaded,
-                    };
+                    && (device.capacity_overloaded
+                        || match (latency, priced.latency_floor[i]) {
+                            (Some(l), Some(base)) => l > p.latency_factor * base,
+                            _ => device.overloaded,
+                        });
                 // A latency-sensitive container under contention wants its fast
                 // path back: what VMs hold above their floors (seed 000).
                 let fast_path = p.class_priority
