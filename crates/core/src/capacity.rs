@@ -15,7 +15,11 @@
 //!   overloaded and something other than our own caps held the tenants back,
 //!   the throughput it delivered *is* its capacity for us (another host's
 //!   share already taken): the estimate becomes that figure at once, not a
-//!   step towards it, so floors are re-priced within one interval.
+//!   step towards it, so floors are re-priced within one interval. Further
+//!   below it by the threshold over the measured latency (at most 30 %, and
+//!   never below what the floors need), so the queue built up while
+//!   overloaded drains; the fast recovery then climbs back to the figure
+//!   measured.
 //! - **Up, quickly to the last level known good, slowly beyond it.** With
 //!   room and tenants asking for more, the estimate grows by a step that
 //!   doubles each interval (1 % to 8 %) up to the level of the last overload
@@ -121,6 +125,8 @@ const MEMORY_INTERVALS: u32 = 120;
 const CLEAR_ROOM: f64 = 0.6;
 /// Intervals over which the automatic latency baseline is the lowest mean.
 pub const BASELINE_WINDOW: usize = 60;
+/// The most an overload cuts below what the device served: 30 %.
+const DEEPEST_CUT: f64 = 0.7;
 /// Step down on a saturated device (standing queue, nobody short).
 const SATURATED_STEP: f64 = 0.97;
 /// A latency above this share of the one before a step down is no improvement.
@@ -182,7 +188,7 @@ impl CapacityLoop {
         let latency = obs.latency_us.filter(|l| l.is_finite() && *l > 0.0);
         let judge = |value: f64, limit: f64| {
             if value > limit {
-                Load::Over
+                Load::Over(limit / value)
             } else if value < CLEAR_ROOM * limit {
                 Load::Clear
             } else {
@@ -198,11 +204,15 @@ impl CapacityLoop {
         let l = latency?;
         // Without a baseline yet, the cost model judges: a device at its
         // modelled capacity is overloaded.
-        let by_model = if obs.contended { Load::Over } else { Load::Near };
+        let by_model = if obs.contended {
+            Load::Over(1.0)
+        } else {
+            Load::Near
+        };
         let mut load = self.baseline_us().map_or(by_model, |base| {
             judge(l, self.settings.latency_factor * base)
         });
-        if load == Load::Over && !obs.held_by_device {
+        if matches!(load, Load::Over(_)) && !obs.held_by_device {
             if let Some(before) = stepped_down_at_us {
                 if l >= NO_IMPROVEMENT * before {
                     // The last step down did not bring the latency down: the
@@ -237,13 +247,24 @@ impl CapacityLoop {
         let served = obs.served.is_finite().then_some(obs.served.max(0.0));
         let stepped_down_at_us = self.stepped_down_at_us.take();
         self.verdict = match (self.load(obs, stepped_down_at_us), served) {
-            (Some(Load::Over), Some(s)) if obs.held_by_device && s > 0.0 => {
-                self.estimate = s.clamp(low, high).min(self.estimate);
-                self.last_overload = Some((self.estimate, 0));
+            (Some(Load::Over(ratio)), Some(s)) if obs.held_by_device && s > 0.0 => {
+                // What it served is its capacity; the further past the
+                // threshold, the deeper below it for an interval, so the
+                // queue that built up drains (PARDA scales its window by
+                // target over measured latency the same way).
+                let ratio = if ratio.is_finite() { ratio } else { 0.0 };
+                let level = s.clamp(low, high).min(self.estimate);
+                // Never deeper than the floors need, unless what it served
+                // says they no longer fit: the cut must not break a promise.
+                self.estimate = (s * ratio.max(DEEPEST_CUT))
+                    .max(obs.floors_need.min(level))
+                    .clamp(low, high)
+                    .min(level);
+                self.last_overload = Some((level, 0));
                 self.step = STEP_MIN;
                 Verdict::Overloaded
             }
-            (Some(Load::Over), Some(_)) if !obs.held_by_device => {
+            (Some(Load::Over(_)), Some(_)) if !obs.held_by_device => {
                 let floor = obs.floors_need.clamp(low, high);
                 self.estimate = (self.estimate * SATURATED_STEP).max(floor.min(self.estimate));
                 self.step = STEP_MIN;
@@ -282,10 +303,11 @@ impl CapacityLoop {
 }
 
 /// How loaded an interval shows the device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Load {
-    /// Past the target, the knee or the automatic threshold.
-    Over,
+    /// Past the target, the knee or the automatic threshold: how far, as
+    /// the threshold over the measured value (below 1).
+    Over(f64),
     /// Below it, but not by [`CLEAR_ROOM`].
     Near,
     /// Well below it: room worth probing for.
@@ -322,8 +344,14 @@ mod tests {
     fn overload_sets_the_estimate_to_what_was_served_in_one_interval() {
         let mut c = CapacityLoop::new(settings(), 1.0);
         c.update(&obs(100.0, 0.5, true, false));
-        assert_eq!(c.update(&obs(900.0, 0.6, true, true)), 0.6);
+        // 4.5 times the threshold of 200 µs: 30 % below what it served, for
+        // an interval; what it served is the level recovered to.
+        assert_eq!(c.update(&obs(900.0, 0.6, true, true)), 0.6 * DEEPEST_CUT);
         assert_eq!(c.verdict(), Verdict::Overloaded);
+        for _ in 0..12 {
+            c.update(&obs(100.0, 0.4, true, true));
+        }
+        assert_eq!(c.estimate(), 0.6);
     }
 
     #[test]
@@ -358,8 +386,16 @@ mod tests {
             })
             .collect();
         assert_eq!(c.baseline_us(), Some(300.0));
-        assert_eq!(verdicts[..2], [Verdict::Saturated, Verdict::Room], "{verdicts:?}");
-        assert_eq!(c.estimate(), 1.0, "back to the model's within a few intervals");
+        assert_eq!(
+            verdicts[..2],
+            [Verdict::Saturated, Verdict::Room],
+            "{verdicts:?}"
+        );
+        assert_eq!(
+            c.estimate(),
+            1.0,
+            "back to the model's within a few intervals"
+        );
     }
 
     #[test]
@@ -380,7 +416,7 @@ mod tests {
             assert!(w[1] >= w[0] && w[1] <= w[0] * (1.0 + STEP_MAX) + 1e-12);
         }
         // Back to the last good level within a few intervals, then held...
-        assert_eq!(path[6], 0.8, "{path:?}");
+        assert_eq!(path[12], 0.8, "{path:?}");
         assert_eq!(path[HOLD_BEYOND_INTERVALS as usize - 8], 0.8, "{path:?}");
         // ...then probed past it by 1 % an interval.
         assert!(
@@ -430,7 +466,8 @@ mod tests {
         c.update(&obs(1000.0, 0.9, true, true));
         assert_eq!(c.verdict(), Verdict::Room);
         c.update(&obs(2500.0, 0.7, true, true));
-        assert_eq!((c.verdict(), c.estimate()), (Verdict::Overloaded, 0.7));
+        assert_eq!(c.verdict(), Verdict::Overloaded);
+        assert!((c.estimate() - 0.7 * 2000.0 / 2500.0).abs() < 1e-12);
         let mut s = settings();
         s.queue_knee = Some(4.0);
         let mut c = CapacityLoop::new(s, 1.0);
@@ -440,7 +477,7 @@ mod tests {
             held_by_device: true,
             ..Default::default()
         });
-        assert_eq!(c.estimate(), 0.8);
+        assert!((c.estimate() - 0.8 * DEEPEST_CUT).abs() < 1e-12);
     }
 
     #[test]

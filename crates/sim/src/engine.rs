@@ -747,7 +747,12 @@ impl<'s> Engine<'s> {
                 cost: self.sc.policy_model,
                 capacity: 1.0,
             };
-            let specs = self.tenants.iter().map(|t| t.spec.clone()).collect();
+            let specs = self
+                .tenants
+                .iter()
+                .filter(|t| t.managed)
+                .map(|t| t.spec.clone())
+                .collect();
             Controller::new(policy::build(kind, &self.sc.policy, ctx), specs)
         });
         if controller.is_some() {

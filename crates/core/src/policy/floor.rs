@@ -29,6 +29,9 @@
 //!    into kernel caps with the cost model. Caps tighten at once (reaction
 //!    within one interval) but loosen by at most `release_factor` per interval,
 //!    and are removed once they exceed the capacity: gradual release, no bursts.
+//!    A tenant not held back keeps a burst guard while others hold
+//!    entitlements: what they leave of the target share, so an idle tenant
+//!    that comes back cannot take their floors for a whole interval.
 //!
 //! A cap is never set below what the tenant's floor entitles it to, unless the
 //! floors together exceed the device (admission control reports that case);
@@ -153,6 +156,10 @@ impl FloorParams {
 struct TenantState {
     /// The cap in force, in cost units per second.
     cap: Option<f64>,
+    /// The cap holds the tenant below what it asked for (not a guard or a
+    /// cap being released): only then does use below it mean the device
+    /// held the tenant back.
+    holds: bool,
     /// Lowest mean latency seen (µs), drifting up slowly so it follows mix changes.
     latency_floor_us: Option<f64>,
 }
@@ -322,6 +329,15 @@ struct DeviceVerdict {
     to_share: f64,
 }
 
+/// Step 5's result for one tenant.
+#[derive(Debug, Clone, Copy)]
+struct Decided {
+    /// In cost units per second; `None` is no cap.
+    cap: Option<f64>,
+    /// Holds the tenant below its demand (see [`TenantState::holds`]).
+    holds: bool,
+}
+
 /// Step 4's result.
 struct Shares {
     alloc: Vec<f64>,
@@ -408,9 +424,10 @@ impl FloorPolicy {
         // own caps held the tenants back; when every capped tenant got its
         // cap, a high latency is slower service, and cutting would ratchet
         // the estimate down by the target utilisation every interval.
-        let any_capped = active().any(|(i, _)| priced.prev[i].cap.is_some());
-        let held_by_device = !any_capped
-            || active().any(|(i, &u)| match priced.prev[i].cap {
+        let holding = |i: usize| priced.prev[i].cap.filter(|_| priced.prev[i].holds);
+        let any_held = active().any(|(i, _)| holding(i).is_some());
+        let held_by_device = !any_held
+            || active().any(|(i, &u)| match holding(i) {
                 Some(cap) => u < HELD_AT_CAP * cap,
                 None => u < SHORT_OF_FLOOR * priced.floor_costs[i],
             });
@@ -576,10 +593,12 @@ impl FloorPolicy {
         device: &DeviceVerdict,
         tenants: &[Priced],
         shares: &Shares,
-    ) -> Vec<Option<f64>> {
+    ) -> Vec<Decided> {
         let p = &self.params;
         let capacity = device.capacity;
         let any_starved = tenants.iter().any(|t| t.starved);
+        let entitled: f64 = shares.entitlement.iter().sum();
+        let can_give = p.target_utilisation * capacity;
         tenants
             .iter()
             .enumerate()
@@ -599,10 +618,26 @@ impl FloorPolicy {
                 let satisfied = shares.alloc[i] >= t.demand;
                 if satisfied || (!device.contended && !t.pressing) {
                     // Nothing to hold back: loosen what is there, step by step.
-                    return match prev_cap {
+                    let loosened = match prev_cap {
                         Some(old) => limited(old * p.release_factor),
                         None => t.ceiling.is_finite().then_some(t.ceiling),
                     };
+                    // Burst guard: while others hold entitlements, no tenant
+                    // may come back from idle faster than what they leave,
+                    // or its first interval would take the device from under
+                    // them. It costs nothing while the tenant stays below it.
+                    let others = entitled - shares.entitlement[i];
+                    let cap = if others <= 0.0 {
+                        loosened
+                    } else {
+                        let guard =
+                            (can_give - others).max(shares.entitlement[i] * ENFORCEMENT_MARGIN);
+                        match loosened {
+                            Some(c) => Some(c.min(guard).max(MIN_CAP * capacity)),
+                            None => limited(guard),
+                        }
+                    };
+                    return Decided { cap, holds: false };
                 }
                 // Nobody is short of a floor: a fast-path container may use all
                 // the others leave, not only the target's share of it; holding
@@ -612,7 +647,10 @@ impl FloorPolicy {
                 } else {
                     shares.alloc[i]
                 };
-                limited(grow(share).max(shares.entitlement[i] * ENFORCEMENT_MARGIN))
+                Decided {
+                    cap: limited(grow(share).max(shares.entitlement[i] * ENFORCEMENT_MARGIN)),
+                    holds: true,
+                }
             })
             .collect()
     }
@@ -623,7 +661,7 @@ impl FloorPolicy {
         &mut self,
         snapshot: &Snapshot,
         priced: &Pricing,
-        caps: &[Option<f64>],
+        decided: &[Decided],
     ) -> Vec<Caps> {
         let cost = self.ctx.cost;
         snapshot
@@ -634,11 +672,12 @@ impl FloorPolicy {
                 self.state.insert(
                     t.spec.name.clone(),
                     TenantState {
-                        cap: caps[i],
+                        cap: decided[i].cap,
+                        holds: decided[i].holds,
                         latency_floor_us: priced.latency_floor[i],
                     },
                 );
-                match (caps[i], priced.mixes[i]) {
+                match (decided[i].cap, priced.mixes[i]) {
                     (Some(c), Some(mix)) => cost.caps_for_cost(c, &mix),
                     // A limit on a tenant we have never seen do I/O: price it as 4 KiB random.
                     (Some(c), None) => cost.caps_for_cost(c, &Default::default()),

@@ -150,7 +150,7 @@ impl PolicyParams {
 /// Builds a policy by kind.
 pub fn build(kind: PolicyKind, params: &PolicyParams, ctx: PolicyContext) -> Box<dyn Policy> {
     match kind {
-        PolicyKind::None => Box::new(NonePolicy),
+        PolicyKind::None => Box::new(NonePolicy::new(ctx)),
         PolicyKind::Static => Box::new(StaticPolicy::new(ctx)),
         PolicyKind::TopThrottle => {
             Box::new(TopThrottlePolicy::new(params.top_throttle.clone(), ctx))
@@ -159,16 +159,46 @@ pub fn build(kind: PolicyKind, params: &PolicyParams, ctx: PolicyContext) -> Box
     }
 }
 
-/// Best effort: never throttles.
-#[derive(Debug, Default)]
-pub struct NonePolicy;
+/// Best effort: no floors, nothing shared out; only the ceilings operators
+/// set are held, as a static `io.max` would hold them. A ceiling is a limit
+/// the operator chose, not capacity a policy leaves idle, so the reference
+/// that work conservation is measured against honours it too.
+pub struct NonePolicy {
+    ctx: PolicyContext,
+    mixes: MixMemory,
+}
+
+impl NonePolicy {
+    pub fn new(ctx: PolicyContext) -> Self {
+        NonePolicy {
+            ctx,
+            mixes: MixMemory::default(),
+        }
+    }
+}
 
 impl Policy for NonePolicy {
     fn name(&self) -> &'static str {
         "none"
     }
     fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
-        vec![Caps::NONE; snapshot.tenants.len()]
+        let caps = snapshot
+            .tenants
+            .iter()
+            .map(|t| {
+                let mix = self.mixes.observe(t);
+                match (t.spec.ceiling, mix) {
+                    (Some(ceiling), Some(mix)) => self
+                        .ctx
+                        .cost
+                        .rate_to_cost(ceiling, &mix)
+                        .map_or(Caps::NONE, |c| self.ctx.cost.caps_for_cost(c, &mix)),
+                    _ => Caps::NONE,
+                }
+            })
+            .collect();
+        self.mixes.retain(snapshot.tenants);
+        caps
     }
 }
 
