@@ -202,6 +202,11 @@ impl Controller {
         self.policy.capacity_estimate()
     }
 
+    /// Whether the floors fit the device as the policy now sees it.
+    pub fn feasibility(&self) -> Option<crate::policy::Feasibility> {
+        self.policy.feasibility()
+    }
+
     /// Reads counters, decides, applies the caps that changed. `now` is the
     /// caller's clock.
     pub fn tick<B: Backend>(&mut self, now: Duration, backend: &mut B) -> TickReport {

@@ -72,6 +72,9 @@ pub struct Metrics {
     utilisation: Family<DeviceLabels, GaugeF>,
     queue: Family<DeviceLabels, GaugeF>,
     capacity: Family<DeviceLabels, GaugeF>,
+    device_latency: Family<DeviceLabels, GaugeF>,
+    floors_feasible: Family<DeviceLabels, GaugeF>,
+    floor_shortfall: Family<DeviceLabels, GaugeF>,
     tenants: Family<DeviceLabels, GaugeF>,
     decision: Histogram,
     overruns: Counter,
@@ -109,6 +112,9 @@ impl Metrics {
             utilisation: Family::default(),
             queue: Family::default(),
             capacity: Family::default(),
+            device_latency: Family::default(),
+            floors_feasible: Family::default(),
+            floor_shortfall: Family::default(),
             tenants: Family::default(),
             decision: Histogram::new(exponential_buckets(1e-6, 4.0, 10)),
             overruns: Counter::default(),
@@ -181,6 +187,21 @@ impl Metrics {
             "iofloor_device_capacity_estimate_cost",
             "Capacity the policy believes the device has, in cost units per second",
             m.capacity.clone(),
+        );
+        r.register(
+            "iofloor_device_latency_seconds",
+            "Mean time an I/O spent at the device (diskstats, Little's law)",
+            m.device_latency.clone(),
+        );
+        r.register(
+            "iofloor_device_floors_feasible",
+            "1 if the active tenants' floors fit the learned capacity; 0 while every entitlement is scaled down",
+            m.floors_feasible.clone(),
+        );
+        r.register(
+            "iofloor_device_floor_shortfall_cost",
+            "How much the active floors exceed what can be handed out, in cost units per second",
+            m.floor_shortfall.clone(),
         );
         r.register(
             "iofloor_tenants",
@@ -338,21 +359,20 @@ impl Metrics {
         self.remove_floor(&l);
     }
 
-    pub fn device(
-        &self,
-        device: &str,
-        utilisation: Option<f64>,
-        queue: Option<f64>,
-        capacity: Option<f64>,
-        tenants: usize,
-    ) {
+    pub fn device(&self, state: &crate::view::DeviceState, tenants: usize) {
         let l = DeviceLabels {
-            device: device.to_string(),
+            device: state.device.clone(),
         };
         for (family, value) in [
-            (&self.utilisation, utilisation),
-            (&self.queue, queue),
-            (&self.capacity, capacity),
+            (&self.utilisation, state.utilisation),
+            (&self.queue, state.avg_queue),
+            (&self.capacity, state.capacity_estimate),
+            (&self.device_latency, state.latency_us.map(|us| us / 1e6)),
+            (
+                &self.floors_feasible,
+                state.floors_feasible.map(|f| if f { 1.0 } else { 0.0 }),
+            ),
+            (&self.floor_shortfall, state.floor_shortfall),
         ] {
             match value {
                 Some(v) => {

@@ -91,6 +91,17 @@ pub struct DeviceState {
     pub utilisation: Option<f64>,
     pub avg_queue: Option<f64>,
     pub capacity_estimate: Option<f64>,
+    /// Mean time an I/O spent at the device over the last interval (µs).
+    #[serde(default)]
+    pub latency_us: Option<f64>,
+    /// Whether the active tenants' floors fit what the policy can hand out
+    /// (`None` for policies that do not judge it); while they do not, every
+    /// entitlement is scaled down by the same factor.
+    #[serde(default)]
+    pub floors_feasible: Option<bool>,
+    /// How much the floors exceed it, in cost units per second.
+    #[serde(default)]
+    pub floor_shortfall: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

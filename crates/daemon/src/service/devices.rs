@@ -124,6 +124,9 @@ pub(super) fn build_device(
                 .unwrap_or_default(),
             utilisation: None,
             avg_queue: None,
+            latency_us: None,
+            floors_feasible: None,
+            floor_shortfall: None,
             capacity_estimate: None,
         },
     })
@@ -212,6 +215,30 @@ impl Service {
         d.state.utilisation = report.device.map(|s| s.utilisation);
         d.state.avg_queue = report.device.map(|s| s.avg_queue);
         d.state.capacity_estimate = d.controller.capacity_estimate();
+        d.state.latency_us = report.device.and_then(|s| s.mean_latency_us());
+        let feasibility = d.controller.feasibility();
+        let feasible = feasibility.map(|f| f.feasible());
+        if feasible.is_some() && feasible != d.state.floors_feasible {
+            // One line per change, not per interval.
+            match feasibility {
+                Some(f) if !f.feasible() => warn!(
+                    device = %d.config.name,
+                    capacity = f.capacity,
+                    floors = f.floors,
+                    shortfall = f.shortfall,
+                    "the active floors no longer fit the device's learned capacity: every entitlement is scaled down by the same factor"
+                ),
+                Some(f) => info!(
+                    device = %d.config.name,
+                    capacity = f.capacity,
+                    floors = f.floors,
+                    "the active floors fit the device again"
+                ),
+                None => {}
+            }
+        }
+        d.state.floors_feasible = feasible;
+        d.state.floor_shortfall = feasibility.map(|f| f.shortfall);
         let errors: HashMap<&str, &str> = report
             .errors
             .iter()
@@ -286,6 +313,9 @@ mod tests {
             utilisation: Some(1.0),
             avg_queue: Some(queue),
             capacity_estimate: capacity,
+            latency_us: None,
+            floors_feasible: None,
+            floor_shortfall: None,
         }
     }
 

@@ -30,13 +30,7 @@ impl Service {
         let devices: Vec<DeviceState> = self.devices.iter().map(|d| d.state.clone()).collect();
         for (di, d) in self.devices.iter().enumerate() {
             let n = self.tenants.values().filter(|t| t.device == di).count();
-            self.shared.metrics.device(
-                &d.state.device,
-                d.state.utilisation,
-                d.state.avg_queue,
-                d.state.capacity_estimate,
-                n,
-            );
+            self.shared.metrics.device(&d.state, n);
         }
         let admission = self.admission(None);
         let views: Vec<TenantView> = self.tenants.values().map(|t| self.tenant_view(t)).collect();
@@ -127,8 +121,11 @@ impl Service {
                     .collect();
                 let rows: Vec<(&TenantSpec, Option<Usage>)> =
                     specs.iter().map(|(s, m)| (s, Some(*m))).collect();
+                // Promises are priced with the model; a learned capacity
+                // below it lowers what can be promised, one above it does not
+                // raise it (it comes and goes with the neighbours).
                 let usable = self.config.params.floor.target_utilisation
-                    * d.controller.capacity_estimate().unwrap_or(1.0);
+                    * d.controller.capacity_estimate().unwrap_or(1.0).min(1.0);
                 AdmissionView::new(&d.state.device, &admission::check(&d.cost, usable, &rows))
             })
             .collect()
