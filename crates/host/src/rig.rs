@@ -349,6 +349,15 @@ impl Rig {
         self.save()
     }
 
+    /// Changes the rig's capacity live and records it, so `rig list` shows
+    /// what it does now (a write cliff, a neighbour host, as nobody tells
+    /// the tenants).
+    pub fn change_capacity(&mut self, spec: RigSpec) -> Result<()> {
+        self.set_limits(&spec)?;
+        self.spec = spec;
+        self.save()
+    }
+
     /// Changes the rig's capacity live (QMP `qom-set` of the group's limits).
     pub fn set_limits(&self, spec: &RigSpec) -> Result<()> {
         spec.validate()?;

@@ -1,4 +1,5 @@
-//! `rig up|down|list`: a block device of known capacity for tests and demos.
+//! `rig up|set|down|list`: a block device of known capacity for tests and
+//! demos, whose capacity can be changed while it is in use.
 
 use crate::common::{bad, parse_size_arg};
 use clap::Subcommand;
@@ -22,6 +23,21 @@ pub enum RigAction {
         #[arg(long, default_value = "1GiB")]
         size: String,
         /// Where rigs are recorded; an absolute path, so `rig down` finds them from anywhere.
+        #[arg(long, default_value = DEFAULT_STATE_ROOT)]
+        state_dir: PathBuf,
+    },
+    /// Change a rig's capacity while it is in use (nothing tells its
+    /// tenants: as a write cliff or another host on the same storage would).
+    Set {
+        /// I/Os per second the device serves from now on.
+        #[arg(long)]
+        iops: u64,
+        /// Bytes per second, if limited too.
+        #[arg(long)]
+        bps: Option<String>,
+        /// The rig's block device (needed when there are several rigs).
+        #[arg(long)]
+        device: Option<PathBuf>,
         #[arg(long, default_value = DEFAULT_STATE_ROOT)]
         state_dir: PathBuf,
     },
@@ -83,6 +99,51 @@ pub fn rig(action: RigAction) -> anyhow::Result<()> {
             println!(
                 "{}",
                 rig.device.expect("a started rig has a device").display()
+            );
+        }
+        RigAction::Set {
+            iops,
+            bps,
+            device,
+            state_dir,
+        } => {
+            let mut rigs = Rig::list(state_root(&state_dir)?)?;
+            let found = match &device {
+                Some(d) => rigs
+                    .iter()
+                    .position(|r| r.device.as_deref() == Some(d.as_path())),
+                None if rigs.len() == 1 => Some(0),
+                None => None,
+            };
+            let Some(i) = found else {
+                return Err(bad(match device {
+                    Some(d) => format!(
+                        "--device {}: no rig with that device in {}",
+                        d.display(),
+                        state_dir.display()
+                    ),
+                    None => format!(
+                        "{} rigs in {}: name one with --device",
+                        rigs.len(),
+                        state_dir.display()
+                    ),
+                }));
+            };
+            let mut rig = rigs.swap_remove(i);
+            let spec = RigSpec {
+                iops,
+                bps: parse_bps(bps.as_deref())?,
+                ..rig.spec
+            };
+            spec.validate().map_err(|e| bad(e.to_string()))?;
+            rig.change_capacity(spec)?;
+            eprintln!(
+                "rig {} now serves {} IOPS",
+                rig.device
+                    .as_deref()
+                    .unwrap_or(Path::new("(starting)"))
+                    .display(),
+                spec.iops
             );
         }
         RigAction::Down { state_dir } => {

@@ -58,6 +58,30 @@ impl TestRig {
     }
 }
 
+impl TestRig {
+    /// Changes the rig's capacity while it is in use (`iofloor rig set`).
+    pub fn set_iops(&self, iops: u64) {
+        let out = Command::new(bin())
+            .args([
+                "rig",
+                "set",
+                "--iops",
+                &iops.to_string(),
+                "--device",
+                &self.device,
+                "--state-dir",
+            ])
+            .arg(self.state.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "rig set: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 impl Drop for TestRig {
     fn drop(&mut self) {
         let out = Command::new(bin())
