@@ -17,6 +17,7 @@ use iofloor_core::policy::PolicyKind;
 use iofloor_core::CostModel;
 use iofloor_host::cgroup::{self, DevId};
 use iofloor_host::fio;
+use iofloor_host::rig::Rig;
 use iofloor_report::record::RunRecord;
 use iofloor_scenario::harness::policies_with_reference;
 use iofloor_scenario::{RawRun, RunEnvironment, Scenario, Testbed};
@@ -62,6 +63,34 @@ pub struct BenchOptions {
     /// Run VM tenants through QEMU's block layer (a qemu-storage-daemon per
     /// VM over the shared device, throttled over QMP) instead of as cgroups.
     pub vm_paths: bool,
+    /// Where `iofloor rig` records its rigs: a scenario's `[[device.change]]`
+    /// and other-host `[[unmanaged]]` load need the rig behind `device`.
+    pub rig_state_dir: PathBuf,
+}
+
+/// The rig whose device is `device`, if `iofloor rig up` made it.
+pub fn rig_of(device: &std::path::Path, state_dir: &std::path::Path) -> Option<Rig> {
+    Rig::list(state_dir)
+        .ok()?
+        .into_iter()
+        .find(|r| r.device.as_deref() == Some(device))
+}
+
+/// What of the scenario needs a rig: its device changes (applied to the
+/// rig's throttle group over QMP) and load from another host (a second loop
+/// device over the rig's export, invisible in this device's counters).
+fn needs_rig(scenario: &Scenario) -> Option<&'static str> {
+    if !scenario.device.changes.is_empty() {
+        Some("`device.change`")
+    } else if scenario
+        .unmanaged
+        .iter()
+        .any(|u| u.origin == iofloor_scenario::format::UnmanagedOrigin::OtherHost)
+    {
+        Some("`unmanaged` load with `origin = \"other-host\"`")
+    } else {
+        None
+    }
 }
 
 /// Checks what a run needs and says clearly what is missing.
@@ -74,6 +103,16 @@ pub fn preflight(scenario: &Scenario, opts: &BenchOptions) -> Result<DevId> {
     let dev =
         DevId::of_block_device(&opts.device).map_err(|e| BenchError::Invalid(e.to_string()))?;
     cgroup::detect(&opts.cgroup_root).map_err(|e| BenchError::Invalid(e.to_string()))?;
+    if let Some(what) = needs_rig(scenario) {
+        if rig_of(&opts.device, &opts.rig_state_dir).is_none() {
+            return Err(BenchError::Invalid(format!(
+                "{}: {what} needs a device made by `iofloor rig up` (its capacity is changed live over QMP); {} is not one of the rigs in {}",
+                scenario.name,
+                opts.device.display(),
+                opts.rig_state_dir.display()
+            )));
+        }
+    }
     fio::check_version().map_err(|e| BenchError::Invalid(e.to_string()))?;
     let verdict = with_model(scenario, opts).admission();
     if !verdict.admitted {

@@ -18,7 +18,7 @@ use iofloor_host::fio::{self, FioJob};
 use iofloor_host::qmp_backend::{HybridBackend, QmpBackend, QmpTarget};
 use iofloor_host::CgroupBackend;
 use iofloor_report::record::{DeviceWindow, TenantWindow, Throughput, Window};
-use iofloor_scenario::format::{Job, Scenario};
+use iofloor_scenario::format::{Job, Scenario, UnmanagedOrigin};
 use iofloor_scenario::{DecisionStats, LatencyRecorder, RawRun};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -56,8 +56,11 @@ struct Play<'s> {
     session: Session,
     backend: HybridBackend,
     controller: Option<Controller>,
-    /// The device each tenant's fio processes use (the shared one, or a VM's QEMU path).
+    /// The device each tenant's fio processes use (the shared one, or a VM's
+    /// QEMU path), then each unmanaged source's.
     tenant_device: Vec<PathBuf>,
+    /// The rig behind the device, when the scenario changes its capacity.
+    rig: Option<iofloor_host::rig::Rig>,
     work: PathBuf,
     dev: DevId,
 }
@@ -116,6 +119,21 @@ impl<'s> Play<'s> {
                 tenant_device.push(opts.device.clone());
             }
         }
+        let rig = crate::rig_of(&opts.device, &opts.rig_state_dir);
+        for u in &scenario.unmanaged {
+            let device = match (u.origin, &rig) {
+                (UnmanagedOrigin::ThisHost, _) => opts.device.clone(),
+                (UnmanagedOrigin::OtherHost, Some(rig)) => session.add_other_host_device(rig)?,
+                (UnmanagedOrigin::OtherHost, None) => {
+                    return Err(BenchError::Invalid(format!(
+                        "unmanaged load `{}` from another host needs a rig behind {}",
+                        u.name,
+                        opts.device.display()
+                    )))
+                }
+            };
+            tenant_device.push(device);
+        }
         let controller = policy_kind.map(|k| {
             let ctx = PolicyContext {
                 cost: scenario.policy_model,
@@ -134,6 +152,7 @@ impl<'s> Play<'s> {
             backend,
             controller,
             tenant_device,
+            rig,
             work,
             dev,
         })
@@ -151,12 +170,15 @@ impl<'s> Play<'s> {
         let n = scenario.tenants.len();
         let plan = changes(scenario);
         let mut next_change = 0;
+        let mut next_device_change = 0;
         let duration = scenario.duration;
         let seq: Vec<f64> = (0..n).map(|i| seq_share(scenario, i)).collect();
         let mut running: Vec<Vec<u32>> = scenario
             .tenants
             .iter()
-            .map(|t| vec![0; t.jobs.len()])
+            .map(|t| t.jobs.len())
+            .chain(scenario.unmanaged.iter().map(|u| u.jobs.len()))
+            .map(|jobs| vec![0; jobs])
             .collect();
         let mut windows: Vec<Window> = Vec::new();
         let mut last_counters: Vec<Counters> = scenario
@@ -184,7 +206,7 @@ impl<'s> Play<'s> {
             let now = start.elapsed();
             while next_change < plan.len() && plan[next_change].at <= now {
                 let c = plan[next_change];
-                let job = &scenario.tenants[c.tenant].jobs[c.job];
+                let job = job_of(scenario, c.tenant, c.job);
                 let remaining = duration.saturating_sub(now).as_secs_f64() + 1.0;
                 self.session.set_processes(
                     c.tenant,
@@ -198,6 +220,16 @@ impl<'s> Play<'s> {
                 )?;
                 running[c.tenant][c.job] = c.numjobs;
                 next_change += 1;
+            }
+            while let Some(&(at, factor)) = scenario.device.changes.get(next_device_change) {
+                if at > now {
+                    break;
+                }
+                let rig = self.rig.as_ref().ok_or_else(|| {
+                    BenchError::Invalid("`device.change` needs a rig behind the device".into())
+                })?;
+                self.session.change_rig_capacity(rig, factor)?;
+                next_device_change += 1;
             }
             if let Some(ctrl) = self.controller.as_mut().filter(|_| now >= next_tick) {
                 let report = ctrl.tick(now, &mut self.backend);
@@ -256,6 +288,11 @@ impl<'s> Play<'s> {
                 next_window,
                 next_tick,
                 plan.get(next_change).map(|c| c.at).unwrap_or(duration),
+                scenario
+                    .device
+                    .changes
+                    .get(next_device_change)
+                    .map_or(duration, |c| c.0),
                 duration,
             ]
             .into_iter()
@@ -284,7 +321,8 @@ fn latency_from_logs(
         scenario.duration.as_secs_f64(),
     );
     for log in logs {
-        if !log.path.exists() {
+        // Unmanaged load is no tenant's: it shows only in what it does to them.
+        if log.tenant >= n || !log.path.exists() {
             continue;
         }
         for (ms, lat_ns, _) in fio::read_lat_log(&log.path)? {
@@ -319,9 +357,10 @@ fn most_processes(scenario: &Scenario) -> u32 {
     scenario
         .tenants
         .iter()
-        .flat_map(|t| {
-            t.jobs
-                .iter()
+        .map(|t| &t.jobs)
+        .chain(scenario.unmanaged.iter().map(|u| &u.jobs))
+        .flat_map(|jobs| {
+            jobs.iter()
                 .map(|j| j.schedule.iter().map(|(_, s)| s.numjobs).max().unwrap_or(0))
         })
         .sum::<u32>()
@@ -340,13 +379,23 @@ struct Change {
     iodepth: u32,
 }
 
+/// Job `job` of source `source`: a tenant, or past the tenants an unmanaged load.
+fn job_of(scenario: &Scenario, source: usize, job: usize) -> &Job {
+    match scenario.tenants.get(source) {
+        Some(t) => &t.jobs[job],
+        None => &scenario.unmanaged[source - scenario.tenants.len()].jobs[job],
+    }
+}
+
 fn changes(scenario: &Scenario) -> Vec<Change> {
     let mut out: Vec<Change> = scenario
         .tenants
         .iter()
+        .map(|t| &t.jobs)
+        .chain(scenario.unmanaged.iter().map(|u| &u.jobs))
         .enumerate()
-        .flat_map(|(ti, t)| {
-            t.jobs.iter().enumerate().flat_map(move |(ji, j)| {
+        .flat_map(|(ti, jobs)| {
+            jobs.iter().enumerate().flat_map(move |(ji, j)| {
                 j.schedule.iter().map(move |(at, s)| Change {
                     at: *at,
                     tenant: ti,

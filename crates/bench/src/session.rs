@@ -45,6 +45,10 @@ pub(crate) struct Session {
     cleaned: bool,
     /// qemu-storage-daemon paths of VM tenants, removed with the session.
     vm_paths: Vec<iofloor_host::rig::Rig>,
+    /// Loop devices made for another host's load, detached with the session.
+    other_host_devices: Vec<PathBuf>,
+    /// A rig whose capacity the run changes, and the limits to put back.
+    rig_to_restore: Option<(iofloor_host::rig::Rig, iofloor_host::rig::RigSpec)>,
 }
 
 fn signal(pid: u32, sig: rustix::process::Signal) {
@@ -70,14 +74,68 @@ impl Session {
             spawned: 0,
             cleaned: false,
             vm_paths: Vec::new(),
+            other_host_devices: Vec::new(),
+            rig_to_restore: None,
         };
-        for t in &scenario.tenants {
-            // cgroup v1 blk-throttle is flat: every tenant is a leaf with its own limits.
-            let rel = parent.join(sanitize(&t.spec.name));
+        // cgroup v1 blk-throttle is flat: every tenant is a leaf with its own
+        // limits. Unmanaged load gets a cgroup too (index after the tenants'),
+        // never given to the policy: outside every controlled cgroup.
+        let names = scenario
+            .tenants
+            .iter()
+            .map(|t| sanitize(&t.spec.name))
+            .chain(
+                scenario
+                    .unmanaged
+                    .iter()
+                    .map(|u| format!("unmanaged-{}", sanitize(&u.name))),
+            );
+        for name in names {
+            let rel = parent.join(name);
             cgroup::create(root, &rel)?;
             s.tenants.push(rel);
         }
         Ok(s)
+    }
+
+    /// A loop device over the rig's export, as another host attached to
+    /// the same storage: its I/O passes the rig's throttle group but never
+    /// this host's device counters. Detached with the session.
+    pub fn add_other_host_device(&mut self, rig: &iofloor_host::rig::Rig) -> Result<PathBuf> {
+        let out = std::process::Command::new("losetup")
+            .args(["-f", "--show", "--direct-io=on"])
+            .arg(&rig.mountpoint)
+            .output()
+            .map_err(|e| BenchError::Failed(format!("losetup: {e}")))?;
+        if !out.status.success() {
+            return Err(BenchError::Failed(format!(
+                "losetup {}: {}",
+                rig.mountpoint.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        let device = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        self.other_host_devices.push(device.clone());
+        Ok(device)
+    }
+
+    /// Changes the rig's capacity; the first change remembers what to put back.
+    pub fn change_rig_capacity(&mut self, rig: &iofloor_host::rig::Rig, factor: f64) -> Result<()> {
+        let original = match &self.rig_to_restore {
+            Some((_, spec)) => *spec,
+            None => {
+                self.rig_to_restore = Some((rig.clone(), rig.spec));
+                rig.spec
+            }
+        };
+        let scale = |v: u64| ((v as f64 * factor).round() as u64).max(1);
+        let spec = iofloor_host::rig::RigSpec {
+            iops: scale(original.iops),
+            bps: original.bps.map(scale),
+            ..original
+        };
+        rig.set_limits(&spec)?;
+        Ok(())
     }
 
     /// Brings up a VM's QEMU path over the shared device; removed with the session.
@@ -247,6 +305,20 @@ impl Session {
             self.stop_proc(p);
         }
         let mut first = None;
+        if let Some((rig, spec)) = self.rig_to_restore.take() {
+            if let Err(e) = rig.set_limits(&spec) {
+                first.get_or_insert(e);
+            }
+        }
+        for device in std::mem::take(&mut self.other_host_devices) {
+            let detached = std::process::Command::new("losetup")
+                .arg("-d")
+                .arg(&device)
+                .status();
+            if !detached.is_ok_and(|s| s.success()) {
+                eprintln!("warning: could not detach {}", device.display());
+            }
+        }
         for vm in std::mem::take(&mut self.vm_paths) {
             if let Err(e) = vm.down() {
                 first.get_or_insert(e);

@@ -43,6 +43,10 @@ pub struct BenchArgs {
     /// throttled at the VMM over QMP).
     #[arg(long, default_value = "cgroup", value_parser = ["cgroup", "qemu"])]
     pub vm_path: String,
+    /// Where `iofloor rig up` recorded the rig behind `--device`: device
+    /// changes and other-host load of a scenario are played on it.
+    #[arg(long, default_value = iofloor_host::rig::DEFAULT_STATE_ROOT)]
+    pub rig_state_dir: PathBuf,
 }
 
 #[derive(Args)]
@@ -112,6 +116,7 @@ fn bench_plan(
         alone: Duration::from_secs_f64(args.alone_secs),
         settle: Duration::from_secs(2),
         vm_paths: args.vm_path == "qemu",
+        rig_state_dir: absolute("--rig-state-dir", &args.rig_state_dir)?,
     };
     Ok((sc, opts))
 }

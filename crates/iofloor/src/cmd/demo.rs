@@ -114,5 +114,6 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
         cgroup_root: PathBuf::from("/sys/fs/cgroup/blkio"),
         alone_secs: 10.0,
         vm_path: "cgroup".into(),
+        rig_state_dir: state,
     })
 }
