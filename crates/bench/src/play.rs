@@ -199,6 +199,7 @@ impl<'s> Play<'s> {
         self.session.start = Some(start);
         let mut next_tick = Duration::ZERO;
         let mut next_window = Duration::from_secs(1);
+        let mut last_window_at = Duration::ZERO;
         loop {
             if testbed.stop.load(Ordering::SeqCst) {
                 return Err(BenchError::Interrupted);
@@ -242,7 +243,11 @@ impl<'s> Play<'s> {
                 next_tick += scenario.interval;
             }
             if now >= next_window {
-                let secs = 1.0;
+                // The time the counters really span: a stop of slow fio
+                // processes may have held the loop past the window's end,
+                // and a 1 s divisor would then show a burst and a gap.
+                let secs = now.saturating_sub(last_window_at).as_secs_f64().max(1e-3);
+                last_window_at = now;
                 let mut tenants = Vec::with_capacity(n);
                 for (i, t) in scenario.tenants.iter().enumerate() {
                     let cur = self.backend.read_counters(&t.spec)?;
@@ -270,13 +275,17 @@ impl<'s> Play<'s> {
                     capacity: None,
                 };
                 last_disk = disk;
-                windows.push(Window {
-                    t: next_window.as_secs_f64() - 1.0,
-                    tenants,
-                    device,
-                });
-                progress((next_window.as_secs_f64() / duration.as_secs_f64()).min(1.0));
-                next_window += Duration::from_secs(1);
+                // Every window the span covers gets its mean rates, so
+                // window k stays second k (the latency logs are binned so).
+                while next_window <= now {
+                    windows.push(Window {
+                        t: next_window.as_secs_f64() - 1.0,
+                        tenants: tenants.clone(),
+                        device: device.clone(),
+                    });
+                    next_window += Duration::from_secs(1);
+                }
+                progress((now.as_secs_f64() / duration.as_secs_f64()).min(1.0));
             }
             if let Some(msg) = self.session.check_processes()? {
                 return Err(BenchError::Failed(msg));

@@ -162,22 +162,36 @@ impl Session {
         self.start.map(|s| s.elapsed()).unwrap_or_default()
     }
 
-    fn stop_proc(&mut self, mut p: Proc) {
-        signal(p.child.id(), rustix::process::Signal::TERM);
+    /// Stops processes together: all are told at once, then waited for
+    /// with one deadline. A throttled fio drains its queue at the throttle's
+    /// rate before it exits; one after the other, eight of them held the
+    /// run's loop for seconds.
+    fn stop_procs(&mut self, mut procs: Vec<Proc>) {
+        for p in &procs {
+            signal(p.child.id(), rustix::process::Signal::TERM);
+        }
         let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            match p.child.try_wait() {
-                Ok(Some(_)) => break,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                _ => {
-                    let _ = p.child.kill();
-                    let _ = p.child.wait();
-                    break;
+        while !procs.is_empty() {
+            let mut waiting = Vec::with_capacity(procs.len());
+            for mut p in procs {
+                match p.child.try_wait() {
+                    Ok(None) if Instant::now() < deadline => waiting.push(p),
+                    Ok(Some(_)) => self.retire(p),
+                    _ => {
+                        let _ = p.child.kill();
+                        let _ = p.child.wait();
+                        self.retire(p);
+                    }
                 }
             }
+            procs = waiting;
+            if !procs.is_empty() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
+    }
+
+    fn retire(&mut self, p: Proc) {
         self.free_regions.push(p.region);
         self.finished.push(LogInfo {
             path: p.log,
@@ -213,16 +227,17 @@ impl Session {
         }
         self.procs = keep;
         let mut count = self.procs.iter().filter(|p| mine(p)).count() as u32;
+        let mut surplus = Vec::new();
         while count > numjobs {
             let idx = self
                 .procs
                 .iter()
                 .rposition(&mine)
                 .expect("a process of the job");
-            let p = self.procs.remove(idx);
-            self.stop_proc(p);
+            surplus.push(self.procs.remove(idx));
             count -= 1;
         }
+        self.stop_procs(surplus);
         while count < numjobs {
             let region = self
                 .free_regions
@@ -262,9 +277,7 @@ impl Session {
             });
             count += 1;
         }
-        for p in stop {
-            self.stop_proc(p);
-        }
+        self.stop_procs(stop);
         Ok(())
     }
 
@@ -289,9 +302,8 @@ impl Session {
 
     /// Stops every process; returns where their latency logs are.
     pub fn stop_all(&mut self) -> Result<Vec<LogInfo>> {
-        for p in std::mem::take(&mut self.procs) {
-            self.stop_proc(p);
-        }
+        let all = std::mem::take(&mut self.procs);
+        self.stop_procs(all);
         Ok(std::mem::take(&mut self.finished))
     }
 
@@ -301,9 +313,8 @@ impl Session {
             return Ok(());
         }
         self.cleaned = true;
-        for p in std::mem::take(&mut self.procs) {
-            self.stop_proc(p);
-        }
+        let all = std::mem::take(&mut self.procs);
+        self.stop_procs(all);
         let mut first = None;
         if let Some((rig, spec)) = self.rig_to_restore.take() {
             if let Err(e) = rig.set_limits(&spec) {

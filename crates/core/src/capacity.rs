@@ -130,7 +130,7 @@ const DEEPEST_CUT: f64 = 0.7;
 /// Step down on a saturated device (standing queue, nobody short).
 const SATURATED_STEP: f64 = 0.97;
 /// A latency above this share of the one before a step down is no improvement.
-const NO_IMPROVEMENT: f64 = 0.95;
+const NO_IMPROVEMENT: f64 = 0.9;
 
 /// The learned capacity and what it remembers.
 #[derive(Debug, Clone)]

@@ -960,4 +960,79 @@ ramp = { every = "10s", max = 4 }
         ));
         assert!(e.contains("target_utilisation"), "{e}");
     }
+
+    #[test]
+    fn device_changes_and_unmanaged_load_parse_and_scale() {
+        let text = format!(
+            "{BASE}[[unmanaged]]\nname = \"other\"\n[[unmanaged.job]]\nrw = \"randread\"\nbs = \"4k\"\nstart = \"20s\"\n"
+        )
+        .replace(
+            "wrandiops = 2000",
+            "wrandiops = 2000\n[[device.change]]\nat = \"30s\"\nfactor = 0.6",
+        );
+        let s = Scenario::parse(&text, "t.toml").unwrap();
+        assert_eq!(s.device.factor_at(Duration::from_secs(29)), 1.0);
+        assert_eq!(s.device.factor_at(Duration::from_secs(30)), 0.6);
+        assert_eq!(s.unmanaged[0].origin, UnmanagedOrigin::OtherHost);
+        assert!(s.steps().contains(&Duration::from_secs(30)));
+        let half = s.time_scaled(0.5);
+        assert_eq!(half.device.changes[0].0, Duration::from_secs(15));
+        assert_eq!(
+            half.unmanaged[0].jobs[0].schedule[0].0,
+            Duration::from_secs(10)
+        );
+        let alone = s.alone(0);
+        assert!(alone.unmanaged.is_empty() && alone.device.changes.is_empty());
+    }
+
+    #[test]
+    fn bad_changes_targets_and_unmanaged_load_name_their_key_and_line() {
+        let change = |at: &str, factor: &str| {
+            err_of(&BASE.replace(
+                "wrandiops = 2000",
+                &format!("wrandiops = 2000\n[[device.change]]\nat = {at}\nfactor = {factor}"),
+            ))
+        };
+        let e = change("\"30s\"", "0");
+        assert!(
+            e.starts_with("bad.toml:14: `device.change[0].factor` must be in (0, 100], got 0"),
+            "{e}"
+        );
+        let e = change("\"30s\"", "-1.5");
+        assert!(e.contains("`device.change[0].factor`"), "{e}");
+        let e = change("\"90s\"", "0.5");
+        assert!(
+            e.contains("`device.change[0].at`") && e.contains("not before the end"),
+            "{e}"
+        );
+        let target = |t: &str| {
+            err_of(&BASE.replace(
+                "[[tenant]]",
+                &format!("[policy.floor]\nlatency_target = {t}\n[[tenant]]"),
+            ))
+        };
+        let e = target("\"0ms\"");
+        assert!(
+            e.starts_with("bad.toml:13: `policy.floor.latency_target` must be above 0"),
+            "{e}"
+        );
+        let e = target("\"-2ms\"");
+        assert!(e.contains("line 13") && e.contains("negative"), "{e}");
+        let e = target("\"soon\"");
+        assert!(
+            e.contains("line 13") && e.contains("invalid duration"),
+            "{e}"
+        );
+        let e = err_of(&format!(
+            "{BASE}[[unmanaged]]\nname = \"a\"\n[[unmanaged.job]]\nrw = \"read\"\nbs = \"4k\"\n"
+        ));
+        assert!(
+            e.contains("`unmanaged[0].name` `a` is also a tenant's name"),
+            "{e}"
+        );
+        let e = err_of(&format!(
+            "{BASE}[[unmanaged]]\nname = \"b\"\norigin = \"mars\"\n"
+        ));
+        assert!(e.contains("unknown variant `mars`"), "{e}");
+    }
 }
