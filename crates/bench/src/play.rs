@@ -272,7 +272,7 @@ impl<'s> Play<'s> {
                         / secs)
                         .min(1.0),
                     mean_latency_ms: None,
-                    capacity: None,
+                    capacity: self.controller.as_ref().and_then(|c| c.capacity_estimate()),
                 };
                 last_disk = disk;
                 // Every window the span covers gets its mean rates, so

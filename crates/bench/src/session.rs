@@ -20,8 +20,25 @@ struct Proc {
     iodepth: u32,
     region: u32,
     started: Duration,
+    /// When its fio runtime is over (it may end by itself from then on).
+    ends: Duration,
     log: PathBuf,
     name: String,
+}
+
+/// How long a stopped fio may take to drain its queue before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long processes replaced by new ones (a new queue depth) keep running
+/// beside them: a new fio needs a few hundred ms to start its I/O on a busy
+/// machine, and a gap would show the policy a tenant whose demand fell.
+const HANDOVER: Duration = Duration::from_millis(500);
+
+/// A process on its way out: told to stop at `term_at`, killed at `kill_at`.
+struct Stopping {
+    proc: Proc,
+    term_at: Instant,
+    kill_at: Instant,
+    told: bool,
 }
 
 /// Where one process's completion-latency log is, and when it started.
@@ -37,6 +54,8 @@ pub(crate) struct Session {
     tenants: Vec<PathBuf>,
     io: Box<dyn IoController>,
     procs: Vec<Proc>,
+    /// To be stopped or told to stop, not yet gone.
+    stopping: Vec<Stopping>,
     finished: Vec<LogInfo>,
     free_regions: Vec<u32>,
     region_size: u64,
@@ -59,7 +78,8 @@ fn signal(pid: u32, sig: rustix::process::Signal) {
 
 impl Session {
     pub fn create(root: &Path, dev: DevId, scenario: &Scenario, tag: &str) -> Result<Session> {
-        let parent = PathBuf::from(format!("iofloor-bench-{}-{tag}", std::process::id()));
+        remove_stale_sessions(root);
+        let parent = PathBuf::from(format!("{SESSION_PREFIX}{}-{tag}", std::process::id()));
         let io = cgroup::controller(root, dev)?;
         let mut s = Session {
             root: root.to_path_buf(),
@@ -67,6 +87,7 @@ impl Session {
             tenants: Vec::new(),
             io,
             procs: Vec::new(),
+            stopping: Vec::new(),
             finished: Vec::new(),
             free_regions: Vec::new(),
             region_size: 0,
@@ -162,32 +183,51 @@ impl Session {
         self.start.map(|s| s.elapsed()).unwrap_or_default()
     }
 
-    /// Stops processes together: all are told at once, then waited for
-    /// with one deadline. A throttled fio drains its queue at the throttle's
-    /// rate before it exits; one after the other, eight of them held the
-    /// run's loop for seconds.
-    fn stop_procs(&mut self, mut procs: Vec<Proc>) {
-        for p in &procs {
-            signal(p.child.id(), rustix::process::Signal::TERM);
+    /// Tells processes to stop after `delay` and returns at once;
+    /// [`Self::reap`] collects them. A throttled fio drains its queue at the
+    /// throttle's rate before it exits (seconds at a deep queue and a low
+    /// cap), and the run's loop must not wait for that: it would miss its
+    /// ticks, and the processes started in the same change would run out
+    /// their time before the loop came back.
+    fn stop_procs(&mut self, procs: Vec<Proc>, delay: Duration) {
+        let term_at = Instant::now() + delay;
+        for proc in procs {
+            self.stopping.push(Stopping {
+                proc,
+                term_at,
+                kill_at: term_at + STOP_GRACE,
+                told: false,
+            });
         }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !procs.is_empty() {
-            let mut waiting = Vec::with_capacity(procs.len());
-            for mut p in procs {
-                match p.child.try_wait() {
-                    Ok(None) if Instant::now() < deadline => waiting.push(p),
-                    Ok(Some(_)) => self.retire(p),
+        self.reap(false);
+    }
+
+    /// Tells the processes due to stop, collects the ones gone and kills the
+    /// ones past their grace time. With `wait`, until none is left (and
+    /// without waiting for a handover).
+    fn reap(&mut self, wait: bool) {
+        loop {
+            let now = Instant::now();
+            for mut st in std::mem::take(&mut self.stopping) {
+                if !st.told && (wait || now >= st.term_at) {
+                    signal(st.proc.child.id(), rustix::process::Signal::TERM);
+                    st.told = true;
+                    st.kill_at = st.kill_at.min(now + STOP_GRACE);
+                }
+                match st.proc.child.try_wait() {
+                    Ok(None) if !st.told || now < st.kill_at => self.stopping.push(st),
+                    Ok(Some(_)) => self.retire(st.proc),
                     _ => {
-                        let _ = p.child.kill();
-                        let _ = p.child.wait();
-                        self.retire(p);
+                        let _ = st.proc.child.kill();
+                        let _ = st.proc.child.wait();
+                        self.retire(st.proc);
                     }
                 }
             }
-            procs = waiting;
-            if !procs.is_empty() {
-                std::thread::sleep(Duration::from_millis(10));
+            if !wait || self.stopping.is_empty() {
+                return;
             }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -237,7 +277,7 @@ impl Session {
             surplus.push(self.procs.remove(idx));
             count -= 1;
         }
-        self.stop_procs(surplus);
+        self.stop_procs(surplus, Duration::ZERO);
         while count < numjobs {
             let region = self
                 .free_regions
@@ -272,18 +312,26 @@ impl Session {
                 iodepth,
                 region,
                 started: self.elapsed(),
+                ends: self.elapsed() + Duration::from_secs_f64(runtime_s.max(0.0)),
                 log,
                 name,
             });
             count += 1;
         }
-        self.stop_procs(stop);
+        self.stop_procs(stop, HANDOVER);
         Ok(())
     }
 
-    /// A message if a process ended before it was told to (fio died).
+    /// A message if a process ended before it was told to (fio died) or
+    /// before its runtime was over; also collects stopped processes.
     pub fn check_processes(&mut self) -> Result<Option<String>> {
+        self.reap(false);
+        let now = self.elapsed();
         for p in &mut self.procs {
+            if now >= p.ends {
+                // Its runtime is over: fio ends by itself, as it should.
+                continue;
+            }
             if let Ok(Some(status)) = p.child.try_wait() {
                 let mut err = String::new();
                 if let Some(mut e) = p.child.stderr.take() {
@@ -303,7 +351,8 @@ impl Session {
     /// Stops every process; returns where their latency logs are.
     pub fn stop_all(&mut self) -> Result<Vec<LogInfo>> {
         let all = std::mem::take(&mut self.procs);
-        self.stop_procs(all);
+        self.stop_procs(all, Duration::ZERO);
+        self.reap(true);
         Ok(std::mem::take(&mut self.finished))
     }
 
@@ -314,7 +363,8 @@ impl Session {
         }
         self.cleaned = true;
         let all = std::mem::take(&mut self.procs);
-        self.stop_procs(all);
+        self.stop_procs(all, Duration::ZERO);
+        self.reap(true);
         let mut first = None;
         if let Some((rig, spec)) = self.rig_to_restore.take() {
             if let Err(e) = rig.set_limits(&spec) {
@@ -358,6 +408,36 @@ impl Drop for Session {
     fn drop(&mut self) {
         if let Err(e) = self.cleanup() {
             eprintln!("warning: cleaning up {}: {e}", self.parent.display());
+        }
+    }
+}
+
+/// Every session's parent cgroup is named `iofloor-bench-<pid>-<policy>`.
+const SESSION_PREFIX: &str = "iofloor-bench-";
+
+/// Removes the cgroups of benches that were killed (SIGKILL, a machine
+/// restart) before they could clean up: their owner's PID is gone. Cgroups
+/// that still hold processes (a killed bench's fio running out its time) are
+/// left alone with a warning: they are not ours to kill.
+fn remove_stale_sessions(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(owner) = name
+            .strip_prefix(SESSION_PREFIX)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if owner == std::process::id() || Path::new(&format!("/proc/{owner}")).exists() {
+            continue;
+        }
+        match cgroup::remove_tree(root, Path::new(&name)) {
+            Ok(()) => eprintln!("bench: removed {name}, left by a bench that was killed"),
+            Err(e) => eprintln!("warning: {name} was left by a bench that was killed: {e}"),
         }
     }
 }

@@ -68,6 +68,9 @@ pub struct Observation {
     pub held_by_device: bool,
     /// Some tenant pressed against its cap: more capacity would be used.
     pub wants_more: bool,
+    /// Some active tenant got less than its floor: a promise is at stake,
+    /// so an overload's queue must be drained, not only stopped growing.
+    pub floor_short: bool,
     /// The cost model says the device is busy (served ≥ `border` of the estimate).
     pub contended: bool,
     /// What the floors of the active tenants need (cost units per second,
@@ -131,6 +134,10 @@ const DEEPEST_CUT: f64 = 0.7;
 const SATURATED_STEP: f64 = 0.97;
 /// A latency above this share of the one before a step down is no improvement.
 const NO_IMPROVEMENT: f64 = 0.9;
+/// Intervals over which the best throughput served counts as what the
+/// device sustains: one interval's dip (a tenant restarting, its own demand
+/// falling while the latency is high) is no proof that the floors no longer fit.
+const SUSTAINED_INTERVALS: usize = 3;
 
 /// The learned capacity and what it remembers.
 #[derive(Debug, Clone)]
@@ -140,6 +147,9 @@ pub struct CapacityLoop {
     estimate: f64,
     /// Recent mean latencies (µs), newest last, for the automatic baseline.
     recent_us: std::collections::VecDeque<f64>,
+    /// What was served in the last [`SUSTAINED_INTERVALS`] intervals, newest last.
+    recent_served: std::collections::VecDeque<f64>,
+
     /// The latency when the last interval stepped the estimate down.
     stepped_down_at_us: Option<f64>,
     step: f64,
@@ -156,6 +166,8 @@ impl CapacityLoop {
             model,
             estimate: model,
             recent_us: std::collections::VecDeque::with_capacity(BASELINE_WINDOW),
+            recent_served: std::collections::VecDeque::with_capacity(SUSTAINED_INTERVALS),
+
             stepped_down_at_us: None,
             step: STEP_MIN,
             last_overload: None,
@@ -245,22 +257,41 @@ impl CapacityLoop {
             }
         }
         let served = obs.served.is_finite().then_some(obs.served.max(0.0));
+        if let Some(s) = served {
+            if self.recent_served.len() == SUSTAINED_INTERVALS {
+                self.recent_served.pop_front();
+            }
+            self.recent_served.push_back(s);
+        }
+        let sustained = self.recent_served.iter().copied().fold(0.0, f64::max);
         let stepped_down_at_us = self.stepped_down_at_us.take();
         self.verdict = match (self.load(obs, stepped_down_at_us), served) {
             (Some(Load::Over(ratio)), Some(s)) if obs.held_by_device && s > 0.0 => {
-                // What it served is its capacity; the further past the
-                // threshold, the deeper below it for an interval, so the
-                // queue that built up drains (PARDA scales its window by
-                // target over measured latency the same way).
-                let ratio = if ratio.is_finite() { ratio } else { 0.0 };
-                let level = s.clamp(low, high).min(self.estimate);
-                // Never deeper than the floors need, unless what it served
-                // says they no longer fit: the cut must not break a promise.
-                self.estimate = (s * ratio.max(DEEPEST_CUT))
-                    .max(obs.floors_need.min(level))
-                    .clamp(low, high)
-                    .min(level);
-                self.last_overload = Some((level, 0));
+                // What it served is its capacity. With a floor short, the
+                // further past the threshold, the deeper below it for an
+                // interval, so the queue that built up drains (PARDA scales
+                // its window by target over measured latency the same way);
+                // with every floor met, a queue costs latency, not promises,
+                // and a deeper cut would only leave the device idle.
+                let ratio = if !obs.floor_short {
+                    1.0
+                } else if ratio.is_finite() {
+                    ratio.max(DEEPEST_CUT)
+                } else {
+                    DEEPEST_CUT
+                };
+                let before = self.estimate;
+                let level = s.clamp(low, high).min(before);
+                // Never deeper than the floors need, unless what the device
+                // sustained says they no longer fit: a cut must not break a
+                // promise on one interval's evidence.
+                let keep = obs.floors_need.min(sustained).min(before);
+                self.estimate = (s * ratio).max(keep).clamp(low, high).min(level.max(keep));
+                // The level to recover to is what the device sustained: one
+                // interval of little served (a tenant restarting) would
+                // otherwise hold the estimate down for minutes.
+                let sustained_level = sustained.clamp(low, high).min(before);
+                self.last_overload = Some((sustained_level.max(self.estimate), 0));
                 self.step = STEP_MIN;
                 Verdict::Overloaded
             }
@@ -335,9 +366,38 @@ mod tests {
             served,
             held_by_device: held,
             wants_more: wants,
+            floor_short: held,
             contended: false,
             floors_need: 0.3,
         }
+    }
+
+    #[test]
+    fn with_every_floor_met_an_overload_cuts_to_what_was_served_not_below() {
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        c.update(&obs(100.0, 0.5, true, false));
+        let met = Observation {
+            floor_short: false,
+            ..obs(900.0, 0.9, true, true)
+        };
+        assert_eq!(c.update(&met), 0.9);
+        assert_eq!(c.verdict(), Verdict::Overloaded);
+    }
+
+    #[test]
+    fn one_interval_of_little_served_does_not_price_the_floors_out() {
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        c.update(&obs(100.0, 0.95, true, false));
+        // Overloaded while a tenant restarts: little served for an interval.
+        // The floors need 0.8 and the device sustained 0.95 just before.
+        let dip = |served| Observation {
+            floors_need: 0.8,
+            ..obs(900.0, served, true, true)
+        };
+        assert_eq!(c.update(&dip(0.5)), 0.8);
+        assert_eq!(c.update(&dip(0.5)), 0.8);
+        // Three intervals of it are what the device sustains now.
+        assert_eq!(c.update(&dip(0.5)), 0.5);
     }
 
     #[test]
@@ -362,8 +422,8 @@ mod tests {
         assert_eq!(c.verdict(), Verdict::Saturated);
         // Each step helps, never enough: down to the floors' need.
         let mut latency: f64 = 900.0;
-        for _ in 0..12 {
-            latency *= 0.9;
+        for _ in 0..8 {
+            latency *= 0.85;
             c.update(&Observation {
                 floors_need: 0.8,
                 ..obs(latency, 0.5, false, true)
@@ -475,6 +535,7 @@ mod tests {
             avg_queue: Some(9.0),
             served: 0.8,
             held_by_device: true,
+            floor_short: true,
             ..Default::default()
         });
         assert!((c.estimate() - 0.8 * DEEPEST_CUT).abs() < 1e-12);
@@ -484,7 +545,10 @@ mod tests {
     fn never_leaves_its_bounds_and_ignores_nonsense() {
         let mut c = CapacityLoop::new(settings(), 1.0);
         c.update(&obs(100.0, 0.5, true, false));
-        c.update(&obs(1e9, 1e-9, true, true));
+        c.update(&Observation {
+            floors_need: 0.0,
+            ..obs(1e9, 1e-9, true, true)
+        });
         assert_eq!(c.estimate(), 0.05);
         c.update(&obs(1e10, 1.0, false, true));
         assert_eq!(c.estimate(), 0.05, "a step down stays in bounds");

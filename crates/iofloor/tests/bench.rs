@@ -304,6 +304,48 @@ fn ctrl_c_stops_the_bench_and_removes_everything() {
     assert_nothing_left(&rig);
 }
 
+/// A bench killed with SIGKILL cannot clean up; the next bench removes what
+/// it left (cgroups whose owner is gone) and says so.
+#[test]
+fn a_killed_bench_leaves_cgroups_the_next_one_removes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    let rig = TestRig::up(640);
+    let out = tempfile::tempdir().unwrap();
+    let mut killed = start_bench(&rig, out.path());
+    let killed_pid = killed.id();
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    // Its fio processes run out their time (they are not ours to kill: the
+    // bench's own clean-up is what this test is about), then its cgroups
+    // are empty but still there.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !fio_pids_in_bench_cgroups().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the killed bench's fio kept running"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let left = bench_cgroups();
+    assert!(
+        left.iter()
+            .any(|c| c.starts_with(&format!("iofloor-bench-{killed_pid}-"))),
+        "{left:?}"
+    );
+    let next = start_bench(&rig, out.path());
+    Command::new("kill")
+        .args(["-INT", &next.id().to_string()])
+        .status()
+        .unwrap();
+    let o = next.wait_with_output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("left by a bench that was killed"), "{e}");
+    assert_nothing_left(&rig);
+}
+
 #[test]
 fn fio_dying_mid_run_fails_the_bench_cleanly() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -290,17 +290,21 @@ pub struct Job {
     pub schedule: Vec<(Duration, JobState)>,
 }
 
+/// The entry of a time-ordered schedule in force at `t`, if any yet.
+fn in_force_at<T: Copy>(schedule: &[(Duration, T)], t: Duration) -> Option<T> {
+    schedule
+        .iter()
+        .take_while(|(at, _)| *at <= t)
+        .last()
+        .map(|(_, v)| *v)
+}
+
 impl Job {
     pub fn state_at(&self, t: Duration) -> JobState {
-        self.schedule
-            .iter()
-            .take_while(|(at, _)| *at <= t)
-            .last()
-            .map(|(_, s)| *s)
-            .unwrap_or(JobState {
-                numjobs: 0,
-                iodepth: 1,
-            })
+        in_force_at(&self.schedule, t).unwrap_or(JobState {
+            numjobs: 0,
+            iodepth: 1,
+        })
     }
 }
 
@@ -331,11 +335,7 @@ pub struct Device {
 impl Device {
     /// The capacity factor in force at `t`.
     pub fn factor_at(&self, t: Duration) -> f64 {
-        self.changes
-            .iter()
-            .take_while(|(at, _)| *at <= t)
-            .last()
-            .map_or(1.0, |(_, f)| *f)
+        in_force_at(&self.changes, t).unwrap_or(1.0)
     }
 }
 
