@@ -22,10 +22,23 @@ pub fn real_environment() -> bool {
 pub struct TestRig {
     pub state: tempfile::TempDir,
     pub device: String,
+    /// Loop devices attached before this rig came up (`losetup -a` lines):
+    /// a machine may hold devices that are not ours, and a test must judge
+    /// only what it created.
+    pub loops_before: Vec<String>,
+}
+
+pub fn attached_loop_devices() -> Vec<String> {
+    let out = Command::new("losetup").arg("-a").output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 impl TestRig {
     pub fn up(iops: u64) -> TestRig {
+        let loops_before = attached_loop_devices();
         let state = tempfile::tempdir().unwrap();
         let out = Command::new(bin())
             .args([
@@ -54,7 +67,11 @@ impl TestRig {
             device.starts_with("/dev/loop"),
             "last line is the device: {device}"
         );
-        TestRig { state, device }
+        TestRig {
+            state,
+            device,
+            loops_before,
+        }
     }
 }
 
