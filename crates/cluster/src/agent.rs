@@ -1,0 +1,415 @@
+//! The agent's side of an allocation: which caps a host applies to its own
+//! tenants of a shared device, given the last allocation it received and its
+//! own clock. Fresh allocations are applied as they are; a lower epoch (a
+//! deposed allocator's late write) never is; and when no allocation is
+//! fresh, because the allocator died, etcd is unreachable or this host was
+//! cut off, the host falls back to a rule it can keep alone: each tenant's
+//! floor, plus the host's equal share of the capacity the cluster last had
+//! beyond all floors. Never "no caps": an unheld host on shared storage
+//! takes the floors of every other host.
+//!
+//! [`AgentPolicy`] puts this rule behind the core `Policy` trait, so the
+//! daemon's controller (counters in, caps out) runs a cluster agent exactly
+//! as it runs a local policy; the etcd side only fills and empties its
+//! [`Mailbox`].
+
+use crate::wire::{Allocation, HostReport, TenantReport, SCHEMA};
+use iofloor_core::{Caps, CostModel, Policy, Snapshot, TenantSample, Usage};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How the caps of an interval were chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// From a fresh allocation.
+    Allocated,
+    /// No allocation yet (the agent just started): the fallback rule with
+    /// the local model's capacity shared by the hosts seen in etcd.
+    Starting,
+    /// The last allocation went stale: the fallback rule with what it said.
+    Fallback,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Allocated => "allocated",
+            Mode::Starting => "starting",
+            Mode::Fallback => "fallback",
+        }
+    }
+}
+
+/// The pure rule. Time comes from the snapshot.
+pub struct AgentRule {
+    cost: CostModel,
+    /// An allocation older than this (by the agent's own clock, from when it
+    /// arrived) is never applied.
+    stale_after: Duration,
+    received: Option<(Allocation, Duration)>,
+    highest_epoch: i64,
+    /// Allocations refused for a lower epoch, for the log and metrics.
+    pub refused_stale_epochs: u64,
+    mixes: HashMap<String, Usage>,
+    mode: Mode,
+}
+
+/// What the fallback rule shares out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Budget {
+    capacity: f64,
+    floors: f64,
+    hosts: usize,
+}
+
+impl AgentRule {
+    pub fn new(cost: CostModel, stale_after: Duration) -> AgentRule {
+        AgentRule {
+            cost,
+            stale_after,
+            received: None,
+            highest_epoch: i64::MIN,
+            refused_stale_epochs: 0,
+            mixes: HashMap::new(),
+            mode: Mode::Starting,
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The allocation in force, if any, with its age at `now`.
+    pub fn current(&self, now: Duration) -> Option<(&Allocation, Duration)> {
+        self.received
+            .as_ref()
+            .map(|(a, at)| (a, now.saturating_sub(*at)))
+    }
+
+    /// Takes an allocation read from etcd at `now`. The same (epoch, seq)
+    /// read again does not make it fresher; a lower epoch is refused.
+    pub fn receive(&mut self, allocation: Allocation, now: Duration) {
+        if allocation.epoch < self.highest_epoch {
+            self.refused_stale_epochs += 1;
+            return;
+        }
+        if let Some((a, _)) = &self.received {
+            if a.epoch == allocation.epoch && allocation.seq <= a.seq {
+                return;
+            }
+        }
+        self.highest_epoch = allocation.epoch;
+        self.received = Some((allocation, now));
+    }
+
+    /// Caps for this host's tenants at `snapshot.now`. `hosts_seen` is how
+    /// many hosts share the device as far as this agent knows (for the
+    /// starting rule).
+    pub fn decide(&mut self, snapshot: &Snapshot, hosts_seen: usize) -> Vec<Caps> {
+        for t in snapshot.tenants {
+            if let Some(u) = t.usage.filter(|u| !u.is_idle()) {
+                self.mixes.insert(t.spec.name.clone(), u);
+            }
+        }
+        let fresh = self
+            .received
+            .as_ref()
+            .filter(|(_, at)| snapshot.now.saturating_sub(*at) <= self.stale_after)
+            .map(|(a, _)| a);
+        let budget = match (&self.received, fresh) {
+            (_, Some(_)) => None,
+            (Some((a, _)), None) => Some(Budget {
+                capacity: a.capacity,
+                floors: a.floors,
+                hosts: a.hosts.max(1),
+            }),
+            (None, None) => Some(Budget {
+                capacity: 1.0,
+                floors: 0.0,
+                hosts: hosts_seen.max(1),
+            }),
+        };
+        self.mode = match (&self.received, fresh) {
+            (_, Some(_)) => Mode::Allocated,
+            (Some(_), None) => Mode::Fallback,
+            (None, None) => Mode::Starting,
+        };
+        let fallback = self.fallback(
+            snapshot.tenants,
+            budget.unwrap_or(Budget {
+                capacity: 1.0,
+                floors: 0.0,
+                hosts: hosts_seen.max(1),
+            }),
+        );
+        match fresh {
+            // A tenant the allocation does not know yet (it appeared after
+            // the report) is held by the fallback rule until it does.
+            Some(a) => snapshot
+                .tenants
+                .iter()
+                .zip(fallback)
+                .map(|(t, fb)| a.caps_of(&t.spec.name).unwrap_or(fb))
+                .collect(),
+            None => fallback,
+        }
+    }
+
+    /// Each tenant's floor, plus the host's equal share of what the cluster
+    /// had beyond all floors, shared by weight among all its tenants (an
+    /// idle one keeps its share, so it is not stalled when it starts) and
+    /// held to their ceilings.
+    fn fallback(&self, tenants: &[TenantSample], budget: Budget) -> Vec<Caps> {
+        let mix_of = |t: &TenantSample| self.mixes.get(&t.spec.name).copied();
+        let floor_cost = |t: &TenantSample| -> f64 {
+            match (t.spec.floor, mix_of(t)) {
+                (Some(f), Some(mix)) => self.cost.rate_to_cost(f, &mix).unwrap_or(0.0),
+                (Some(iofloor_core::Rate::Cost(c)), None) => c,
+                _ => 0.0,
+            }
+        };
+        let surplus = (budget.capacity - budget.floors).max(0.0) / budget.hosts as f64;
+        let weights: f64 = tenants.iter().map(|t| t.spec.weight).sum();
+        tenants
+            .iter()
+            .map(|t| {
+                let share = if weights > 0.0 {
+                    surplus * t.spec.weight / weights
+                } else {
+                    0.0
+                };
+                let mix = mix_of(t).unwrap_or_default();
+                let mut cost = floor_cost(t) + share;
+                if let Some(ceiling) = t.spec.ceiling {
+                    if let Some(c) = self.cost.rate_to_cost(ceiling, &mix) {
+                        cost = cost.min(c);
+                    }
+                }
+                self.cost.caps_for_cost(cost, &mix)
+            })
+            .collect()
+    }
+}
+
+/// Between the control thread and the etcd task: the report the agent last
+/// made, the allocation it last read, and how many hosts it has seen.
+#[derive(Debug, Default)]
+pub struct Mailbox {
+    pub outgoing: Option<HostReport>,
+    pub incoming: Option<Allocation>,
+    pub hosts_seen: usize,
+    /// How the last caps were chosen, and the age of the allocation they
+    /// came from, for the view and metrics.
+    pub mode: Option<Mode>,
+    pub allocation_age: Option<Duration>,
+}
+
+/// The agent as a core [`Policy`]: decides with [`AgentRule`] and leaves
+/// its report in the mailbox for the etcd task to publish.
+pub struct AgentPolicy {
+    host: String,
+    device: String,
+    rule: AgentRule,
+    mailbox: Arc<Mutex<Mailbox>>,
+    seq: u64,
+}
+
+impl AgentPolicy {
+    pub fn new(
+        host: impl Into<String>,
+        device: impl Into<String>,
+        rule: AgentRule,
+        mailbox: Arc<Mutex<Mailbox>>,
+    ) -> AgentPolicy {
+        AgentPolicy {
+            host: host.into(),
+            device: device.into(),
+            rule,
+            mailbox,
+            seq: 0,
+        }
+    }
+}
+
+impl Policy for AgentPolicy {
+    fn name(&self) -> &'static str {
+        "cluster-agent"
+    }
+
+    fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
+        self.seq += 1;
+        let report = HostReport {
+            schema: SCHEMA,
+            host: self.host.clone(),
+            device: self.device.clone(),
+            seq: self.seq,
+            interval_s: snapshot.interval.as_secs_f64(),
+            local_device: snapshot.device,
+            tenants: snapshot
+                .tenants
+                .iter()
+                .map(|t| TenantReport {
+                    spec: (*t.spec).clone(),
+                    usage: t.usage,
+                    caps: t.caps,
+                })
+                .collect(),
+        };
+        let (incoming, hosts_seen) = {
+            let mut m = self.mailbox.lock().unwrap_or_else(|e| e.into_inner());
+            m.outgoing = Some(report);
+            (m.incoming.take(), m.hosts_seen)
+        };
+        if let Some(a) = incoming {
+            self.rule.receive(a, snapshot.now);
+        }
+        let caps = self.rule.decide(snapshot, hosts_seen);
+        let mut m = self.mailbox.lock().unwrap_or_else(|e| e.into_inner());
+        m.mode = Some(self.rule.mode());
+        m.allocation_age = self.rule.current(snapshot.now).map(|(_, age)| age);
+        caps
+    }
+
+    fn capacity_estimate(&self) -> Option<f64> {
+        self.rule.received.as_ref().map(|(a, _)| a.capacity)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iofloor_core::{CostParams, DirUsage, Rate, TenantClass, TenantSpec};
+
+    fn cost() -> CostModel {
+        CostModel::new(CostParams {
+            rbps: 1e12,
+            rseqiops: 4000.0,
+            rrandiops: 4000.0,
+            wbps: 1e12,
+            wseqiops: 4000.0,
+            wrandiops: 4000.0,
+        })
+        .unwrap()
+    }
+
+    fn reads(iops: f64) -> Usage {
+        Usage {
+            read: DirUsage {
+                ios: iops,
+                bytes: iops * 4096.0,
+                seq_ios: 0.0,
+            },
+            ..Default::default()
+        }
+    }
+
+    fn sample(name: &str, floor: Option<f64>, iops: f64) -> TenantSample {
+        let mut spec = TenantSpec::new(name, TenantClass::Container);
+        spec.floor = floor.map(Rate::Iops);
+        TenantSample {
+            spec: Arc::new(spec),
+            usage: Some(reads(iops)),
+            caps: Caps::NONE,
+        }
+    }
+
+    fn allocation(epoch: i64, seq: u64, db_cap: f64) -> Allocation {
+        Allocation {
+            schema: SCHEMA,
+            host: "h1".into(),
+            device: "shared".into(),
+            epoch,
+            seq,
+            interval_s: 1.0,
+            capacity: 0.9,
+            floors: 0.5,
+            hosts: 2,
+            caps: vec![(
+                "db".into(),
+                Caps {
+                    read_iops: Some(db_cap),
+                    ..Caps::NONE
+                },
+            )],
+        }
+    }
+
+    fn snapshot(now: u64, tenants: &[TenantSample]) -> Snapshot<'_> {
+        Snapshot {
+            now: Duration::from_secs(now),
+            interval: Duration::from_secs(1),
+            device: None,
+            tenants,
+        }
+    }
+
+    #[test]
+    fn a_fresh_allocation_is_applied_then_falls_back_when_stale() {
+        let mut rule = AgentRule::new(cost(), Duration::from_secs(3));
+        let tenants = [
+            sample("db", Some(1000.0), 800.0),
+            sample("new", None, 100.0),
+        ];
+        rule.receive(allocation(4, 1, 1234.0), Duration::from_secs(10));
+        let caps = rule.decide(&snapshot(12, &tenants), 2);
+        assert_eq!(rule.mode(), Mode::Allocated);
+        assert_eq!(caps[0].read_iops, Some(1234.0));
+        // Not in the allocation: held by the fallback rule, not left open.
+        assert!(caps[1].read_iops.is_some());
+
+        // The same allocation read again is no fresher.
+        rule.receive(allocation(4, 1, 1234.0), Duration::from_secs(13));
+        let caps = rule.decide(&snapshot(14, &tenants), 2);
+        assert_eq!(rule.mode(), Mode::Fallback, "4 s old with 3 s allowed");
+        // Fallback: 1,000 IOPS floor (0.25) + (0.9 − 0.5) / 2 hosts shared by
+        // weight between two active tenants (0.1 each) = 0.35 of 4,000 IOPS.
+        let db = caps[0].read_iops.unwrap();
+        assert!((db - 1400.0).abs() < 1.0, "{db}");
+        let new = caps[1].read_iops.unwrap();
+        assert!((new - 400.0).abs() < 1.0, "{new}");
+    }
+
+    #[test]
+    fn a_lower_epoch_is_never_applied() {
+        let mut rule = AgentRule::new(cost(), Duration::from_secs(3));
+        let tenants = [sample("db", Some(1000.0), 800.0)];
+        rule.receive(allocation(9, 5, 1500.0), Duration::from_secs(1));
+        rule.receive(allocation(8, 50, 4000.0), Duration::from_secs(2));
+        assert_eq!(rule.refused_stale_epochs, 1);
+        let caps = rule.decide(&snapshot(2, &tenants), 1);
+        assert_eq!(caps[0].read_iops, Some(1500.0));
+        // A new allocator's first allocation (seq 1) is newer than seq 5 of the last.
+        rule.receive(allocation(10, 1, 2000.0), Duration::from_secs(3));
+        let caps = rule.decide(&snapshot(3, &tenants), 1);
+        assert_eq!(caps[0].read_iops, Some(2000.0));
+    }
+
+    #[test]
+    fn a_starting_agent_shares_the_model_with_the_hosts_it_has_seen() {
+        let mut rule = AgentRule::new(cost(), Duration::from_secs(3));
+        let tenants = [sample("db", Some(1000.0), 800.0)];
+        let caps = rule.decide(&snapshot(1, &tenants), 4);
+        assert_eq!(rule.mode(), Mode::Starting);
+        // 1,000 floor + (1.0 − 0) / 4 hosts = 0.5 of 4,000 IOPS.
+        let db = caps[0].read_iops.unwrap();
+        assert!((db - 2000.0).abs() < 1.0, "{db}");
+    }
+
+    #[test]
+    fn fallback_never_leaves_a_tenant_uncapped_and_honours_ceilings() {
+        let mut rule = AgentRule::new(cost(), Duration::from_secs(3));
+        let mut capped = sample("capped", Some(100.0), 300.0);
+        Arc::make_mut(&mut capped.spec).ceiling = Some(Rate::Iops(200.0));
+        let mut idle = sample("idle", None, 0.0);
+        idle.usage = Some(Usage::default());
+        let tenants = [capped, idle];
+        for caps in rule.decide(&snapshot(1, &tenants), 1) {
+            assert!(!caps.is_unlimited());
+        }
+        let caps = rule.decide(&snapshot(2, &tenants), 1);
+        assert!((caps[0].read_iops.unwrap() - 200.0).abs() < 1.0);
+    }
+}

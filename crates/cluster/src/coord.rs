@@ -1,0 +1,337 @@
+//! Coordination behind a small trait: a lease that dies with the agent,
+//! keys bound to it, an election, and writes fenced on leadership. etcd
+//! implements it here ([`Etcd`]); a Kubernetes backend would map the lease
+//! to a `coordination.k8s.io` Lease object and the fenced write to an
+//! update conditioned on its `resourceVersion` (docs/cluster.md).
+
+use std::future::Future;
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CoordError {
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("the lease expired")]
+    LeaseExpired,
+}
+
+pub type Lease = i64;
+
+/// Won leadership: the election key and its create revision, which is the
+/// allocator's epoch and the fence of its writes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Leadership {
+    pub key: Vec<u8>,
+    pub epoch: i64,
+}
+
+pub trait Coordinator: Clone + Send + Sync + 'static {
+    fn grant_lease(
+        &mut self,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Lease, CoordError>> + Send;
+
+    /// Renews the lease once; `LeaseExpired` when it is gone.
+    fn keep_alive(&mut self, lease: Lease) -> impl Future<Output = Result<(), CoordError>> + Send;
+
+    fn revoke(&mut self, lease: Lease) -> impl Future<Output = Result<(), CoordError>> + Send;
+
+    /// Creates `key` bound to `lease` unless it exists; returns the value
+    /// already there when it does (someone else's claim).
+    fn create(
+        &mut self,
+        key: &str,
+        value: Vec<u8>,
+        lease: Lease,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, CoordError>> + Send;
+
+    fn put(
+        &mut self,
+        key: &str,
+        value: Vec<u8>,
+        lease: Option<Lease>,
+    ) -> impl Future<Output = Result<(), CoordError>> + Send;
+
+    fn get(
+        &mut self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, CoordError>> + Send;
+
+    fn get_prefix(
+        &mut self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<(String, Vec<u8>)>, CoordError>> + Send;
+
+    /// Waits until this candidate leads `election`.
+    fn campaign(
+        &mut self,
+        election: &str,
+        value: Vec<u8>,
+        lease: Lease,
+    ) -> impl Future<Output = Result<Leadership, CoordError>> + Send;
+
+    /// The value of the current leader of `election`, if any.
+    fn leader(
+        &mut self,
+        election: &str,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, CoordError>> + Send;
+
+    /// Writes all of `kvs` if `leadership` still holds, none otherwise;
+    /// returns whether it held.
+    fn put_fenced(
+        &mut self,
+        leadership: &Leadership,
+        kvs: Vec<(String, Vec<u8>)>,
+    ) -> impl Future<Output = Result<bool, CoordError>> + Send;
+}
+
+/// How to reach etcd, as its clients expect it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EtcdOptions {
+    pub endpoints: Vec<String>,
+    pub user: Option<(String, String)>,
+    /// PEM files: the CA that signed the servers' certificates, and this
+    /// client's certificate and key for mutual TLS.
+    pub ca_file: Option<std::path::PathBuf>,
+    pub cert_file: Option<std::path::PathBuf>,
+    pub key_file: Option<std::path::PathBuf>,
+    /// Each request's deadline: a partitioned host must notice within an
+    /// interval, not after TCP gives up.
+    pub request_timeout: Duration,
+}
+
+/// etcd v3 over gRPC.
+#[derive(Clone)]
+pub struct Etcd {
+    client: etcd_client::Client,
+    timeout: Duration,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> CoordError {
+    let message = e.to_string();
+    // etcd's answer to a keep-alive or a put on a revoked or expired lease.
+    if message.contains("requested lease not found") {
+        return CoordError::LeaseExpired;
+    }
+    CoordError::Unavailable(message)
+}
+
+impl Etcd {
+    /// Connects to the endpoints; fails when none answers within the
+    /// request timeout.
+    pub async fn connect(options: &EtcdOptions) -> Result<Etcd, CoordError> {
+        let mut connect = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(options.request_timeout)
+            .with_keep_alive(Duration::from_secs(1), options.request_timeout);
+        if let Some((user, password)) = &options.user {
+            connect = connect.with_user(user, password);
+        }
+        if options.ca_file.is_some() || options.cert_file.is_some() {
+            let mut tls = etcd_client::TlsOptions::new();
+            if let Some(ca) = &options.ca_file {
+                let pem = std::fs::read(ca)
+                    .map_err(|e| unavailable(format!("`ca_file` {}: {e}", ca.display())))?;
+                tls = tls.ca_certificate(etcd_client::Certificate::from_pem(pem));
+            }
+            match (&options.cert_file, &options.key_file) {
+                (Some(cert), Some(key)) => {
+                    let read = |p: &std::path::Path, field: &str| {
+                        std::fs::read(p)
+                            .map_err(|e| unavailable(format!("`{field}` {}: {e}", p.display())))
+                    };
+                    tls = tls.identity(etcd_client::Identity::from_pem(
+                        read(cert, "cert_file")?,
+                        read(key, "key_file")?,
+                    ));
+                }
+                (None, None) => {}
+                _ => {
+                    return Err(unavailable(
+                        "`cert_file` and `key_file` go together (mutual TLS)",
+                    ))
+                }
+            }
+            connect = connect.with_tls(tls);
+        }
+        let client = tokio::time::timeout(
+            options.request_timeout,
+            etcd_client::Client::connect(&options.endpoints, Some(connect)),
+        )
+        .await
+        .map_err(|_| unavailable(format!("no answer from {:?}", options.endpoints)))?
+        .map_err(unavailable)?;
+        let mut etcd = Etcd {
+            client,
+            timeout: options.request_timeout,
+        };
+        // A connection is lazy: make one request so a wrong endpoint fails here.
+        etcd.get("/iofloor-connect-check").await?;
+        Ok(etcd)
+    }
+
+    /// The lease a key is bound to, for tools and tests (`None`: no key).
+    pub async fn lease_of(&mut self, key: &str) -> Result<Option<Lease>, CoordError> {
+        let mut c = self.client.clone();
+        let r = self.timed(c.get(key, None)).await?;
+        Ok(r.kvs().first().map(|kv| kv.lease()))
+    }
+
+    async fn timed<T>(
+        &self,
+        f: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, CoordError> {
+        tokio::time::timeout(self.timeout, f)
+            .await
+            .map_err(|_| unavailable(format!("etcd did not answer within {:?}", self.timeout)))?
+            .map_err(unavailable)
+    }
+}
+
+impl Coordinator for Etcd {
+    async fn grant_lease(&mut self, ttl: Duration) -> Result<Lease, CoordError> {
+        let mut c = self.client.clone();
+        let ttl = ttl.as_secs().max(1) as i64;
+        Ok(self.timed(c.lease_grant(ttl, None)).await?.id())
+    }
+
+    async fn keep_alive(&mut self, lease: Lease) -> Result<(), CoordError> {
+        let mut c = self.client.clone();
+        let answer = self
+            .timed(async move {
+                let (mut keeper, mut stream) = c.lease_keep_alive(lease).await?;
+                keeper.keep_alive().await?;
+                stream.message().await
+            })
+            .await?;
+        match answer {
+            Some(r) if r.ttl() > 0 => Ok(()),
+            _ => Err(CoordError::LeaseExpired),
+        }
+    }
+
+    async fn revoke(&mut self, lease: Lease) -> Result<(), CoordError> {
+        let mut c = self.client.clone();
+        self.timed(c.lease_revoke(lease)).await.map(|_| ())
+    }
+
+    async fn create(
+        &mut self,
+        key: &str,
+        value: Vec<u8>,
+        lease: Lease,
+    ) -> Result<Option<Vec<u8>>, CoordError> {
+        use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key,
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            )])
+            .or_else([TxnOp::get(key, None)]);
+        let mut c = self.client.clone();
+        let r = self.timed(c.txn(txn)).await?;
+        if r.succeeded() {
+            return Ok(None);
+        }
+        let existing = r.op_responses().into_iter().find_map(|op| match op {
+            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+            _ => None,
+        });
+        // Deleted between the compare and the get: taken all the same.
+        Ok(Some(existing.unwrap_or_default()))
+    }
+
+    async fn put(
+        &mut self,
+        key: &str,
+        value: Vec<u8>,
+        lease: Option<Lease>,
+    ) -> Result<(), CoordError> {
+        let options = lease.map(|l| etcd_client::PutOptions::new().with_lease(l));
+        let mut c = self.client.clone();
+        self.timed(c.put(key, value, options)).await.map(|_| ())
+    }
+
+    async fn get(&mut self, key: &str) -> Result<Option<Vec<u8>>, CoordError> {
+        let mut c = self.client.clone();
+        let r = self.timed(c.get(key, None)).await?;
+        Ok(r.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+
+    async fn get_prefix(&mut self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, CoordError> {
+        let mut c = self.client.clone();
+        let r = self
+            .timed(c.get(prefix, Some(etcd_client::GetOptions::new().with_prefix())))
+            .await?;
+        Ok(r.kvs()
+            .iter()
+            .map(|kv| {
+                (
+                    String::from_utf8_lossy(kv.key()).into_owned(),
+                    kv.value().to_vec(),
+                )
+            })
+            .collect())
+    }
+
+    async fn campaign(
+        &mut self,
+        election: &str,
+        value: Vec<u8>,
+        lease: Lease,
+    ) -> Result<Leadership, CoordError> {
+        // No deadline: a campaign waits for as long as another leads.
+        let mut c = self.client.clone();
+        let r = c
+            .campaign(election, value, lease)
+            .await
+            .map_err(unavailable)?;
+        let leader = r
+            .leader()
+            .ok_or_else(|| unavailable("campaign answered without a leader key"))?;
+        Ok(Leadership {
+            key: leader.key().to_vec(),
+            epoch: leader.rev(),
+        })
+    }
+
+    async fn leader(&mut self, election: &str) -> Result<Option<Vec<u8>>, CoordError> {
+        let mut c = self.client.clone();
+        match self.timed(c.leader(election)).await {
+            Ok(r) => Ok(r.kv().map(|kv| kv.value().to_vec())),
+            // etcd answers "no leader" as an error.
+            Err(CoordError::Unavailable(e)) if e.contains("no leader") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn put_fenced(
+        &mut self,
+        leadership: &Leadership,
+        kvs: Vec<(String, Vec<u8>)>,
+    ) -> Result<bool, CoordError> {
+        use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+        // etcd takes at most 128 operations per transaction (--max-txn-ops);
+        // each chunk carries the fence, so none lands after leadership is lost.
+        for chunk in kvs.chunks(100) {
+            let txn = Txn::new()
+                .when([Compare::create_revision(
+                    leadership.key.clone(),
+                    CompareOp::Equal,
+                    leadership.epoch,
+                )])
+                .and_then(
+                    chunk
+                        .iter()
+                        .map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None))
+                        .collect::<Vec<_>>(),
+                );
+            let mut c = self.client.clone();
+            if !self.timed(c.txn(txn)).await?.succeeded() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}

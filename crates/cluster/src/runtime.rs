@@ -1,0 +1,477 @@
+//! The agent's coordination task: it claims the host name under a lease,
+//! keeps the lease alive, publishes the control thread's reports, reads this
+//! host's allocation back into the [`Mailbox`], campaigns for the allocator
+//! role and, while it holds it, allocates every interval under a fence.
+//!
+//! Failures, by design (docs/cluster.md): a lost lease (partition, pause)
+//! drops the host's claim, candidacy and reports; the task grants a new one
+//! and rejoins when etcd answers again. An allocator whose fenced write fails
+//! has been replaced and steps down. Requests have a deadline, so a host cut
+//! off from etcd notices within an interval and its control thread falls back
+//! on its own (see [`crate::agent`]).
+
+use crate::agent::Mailbox;
+use crate::allocate::Allocator;
+use crate::coord::{CoordError, Coordinator, Leadership, Lease};
+use crate::wire::{Allocation, HostReport};
+use iofloor_core::{PolicyContext, PolicyKind, PolicyParams};
+use serde::Serialize;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+/// Where a cluster's values live in etcd.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Keys {
+    root: String,
+}
+
+impl Keys {
+    pub fn new(cluster: &str) -> Keys {
+        Keys {
+            root: format!("/iofloor/{cluster}/v1"),
+        }
+    }
+    pub fn hosts(&self) -> String {
+        format!("{}/hosts/", self.root)
+    }
+    pub fn host(&self, host: &str) -> String {
+        format!("{}{host}", self.hosts())
+    }
+    pub fn reports(&self, device: &str) -> String {
+        format!("{}/reports/{device}/", self.root)
+    }
+    pub fn report(&self, device: &str, host: &str) -> String {
+        format!("{}{host}", self.reports(device))
+    }
+    pub fn allocation(&self, device: &str, host: &str) -> String {
+        format!("{}/allocations/{device}/{host}", self.root)
+    }
+    pub fn election(&self, device: &str) -> String {
+        format!("{}/allocator/{device}", self.root)
+    }
+}
+
+/// What the agent needs to know about its cluster.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    pub cluster: String,
+    pub host: String,
+    /// The shared device's cluster-wide name.
+    pub device: String,
+    pub interval: Duration,
+    pub lease_ttl: Duration,
+    /// The allocator's policy, the same as a single host's.
+    pub policy: PolicyKind,
+    pub params: PolicyParams,
+    pub ctx: PolicyContext,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    Allocator,
+    Agent,
+}
+
+/// The agent as the view, the metrics and `iofloor top --cluster` show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterStatus {
+    pub cluster: String,
+    pub host: String,
+    pub device: String,
+    pub role: Role,
+    /// The allocator's host name, as the election says.
+    pub allocator: Option<String>,
+    /// Whether etcd answered this interval.
+    pub connected: bool,
+    pub hosts: Vec<String>,
+    pub epoch: Option<i64>,
+    /// Tenant names two hosts report with different promises.
+    pub conflicts: Vec<String>,
+    /// Times this agent has become allocator, and lost its lease.
+    pub terms: u64,
+    pub leases_lost: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("etcd: {0}")]
+    Etcd(#[from] CoordError),
+    #[error("host name `{host}` is held by another running agent ({holder}); give each host its own `cluster.host`")]
+    HostTaken { host: String, holder: String },
+}
+
+/// The running task; [`AgentHandle::stop`] leaves the cluster cleanly
+/// (revokes the lease: claim, candidacy and reports go at once).
+pub struct AgentHandle {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: JoinHandle<()>,
+    pub status: Arc<Mutex<ClusterStatus>>,
+}
+
+impl AgentHandle {
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Ends the task without a word to etcd, as a killed process would:
+    /// the lease runs out on its own.
+    pub fn abort(self) {
+        self.task.abort();
+    }
+}
+
+fn claim_value(host: &str) -> Vec<u8> {
+    serde_json::json!({ "host": host, "pid": std::process::id() })
+        .to_string()
+        .into_bytes()
+}
+
+/// Grants a lease and claims the host name under it. A name held by a
+/// previous run of this host (killed, its lease not yet expired) is waited
+/// for up to one lease TTL; one still held after that belongs to another
+/// running agent, and is refused.
+async fn join<C: Coordinator>(
+    coord: &mut C,
+    keys: &Keys,
+    settings: &AgentSettings,
+) -> Result<Lease, ClusterError> {
+    let lease = coord.grant_lease(settings.lease_ttl).await?;
+    let deadline = Instant::now() + settings.lease_ttl + Duration::from_secs(1);
+    loop {
+        match coord
+            .create(
+                &keys.host(&settings.host),
+                claim_value(&settings.host),
+                lease,
+            )
+            .await?
+        {
+            None => return Ok(lease),
+            Some(holder) if Instant::now() >= deadline => {
+                let _ = coord.revoke(lease).await;
+                return Err(ClusterError::HostTaken {
+                    host: settings.host.clone(),
+                    holder: String::from_utf8_lossy(&holder).into_owned(),
+                });
+            }
+            Some(_) => {
+                coord.keep_alive(lease).await?;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+}
+
+/// Joins the cluster and starts the coordination task. Errors (etcd
+/// unreachable, host name taken) come back before anything runs.
+pub async fn start<C: Coordinator>(
+    mut coord: C,
+    settings: AgentSettings,
+    mailbox: Arc<Mutex<Mailbox>>,
+) -> Result<AgentHandle, ClusterError> {
+    let keys = Keys::new(&settings.cluster);
+    let lease = join(&mut coord, &keys, &settings).await?;
+    info!(host = %settings.host, cluster = %settings.cluster, lease, "joined the cluster");
+    let status = Arc::new(Mutex::new(ClusterStatus {
+        cluster: settings.cluster.clone(),
+        host: settings.host.clone(),
+        device: settings.device.clone(),
+        role: Role::Agent,
+        allocator: None,
+        connected: true,
+        hosts: Vec::new(),
+        epoch: None,
+        conflicts: Vec::new(),
+        terms: 0,
+        leases_lost: 0,
+    }));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let agent = Agent {
+        coord,
+        keys,
+        settings,
+        mailbox,
+        status: status.clone(),
+        lease: Some(lease),
+        campaign: None,
+        leading: None,
+        last_allocation: None,
+        warned: HashSet::new(),
+        started: Instant::now(),
+    };
+    let task = tokio::spawn(agent.run(stopped));
+    Ok(AgentHandle { stop, task, status })
+}
+
+struct Agent<C: Coordinator> {
+    coord: C,
+    keys: Keys,
+    settings: AgentSettings,
+    mailbox: Arc<Mutex<Mailbox>>,
+    status: Arc<Mutex<ClusterStatus>>,
+    lease: Option<Lease>,
+    campaign: Option<(JoinHandle<()>, tokio::sync::oneshot::Receiver<Leadership>)>,
+    leading: Option<(Leadership, Allocator)>,
+    /// The last allocation this host read, whose learned capacity a new
+    /// allocator starts from.
+    last_allocation: Option<Allocation>,
+    /// Keys whose garbage was already logged (once each).
+    warned: HashSet<String>,
+    started: Instant,
+}
+
+impl<C: Coordinator> Agent<C> {
+    async fn run(mut self, mut stopped: tokio::sync::watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(self.settings.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut renew = tokio::time::interval(self.settings.lease_ttl / 3);
+        renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        self.start_campaign();
+        loop {
+            tokio::select! {
+                _ = stopped.changed() => break,
+                _ = renew.tick() => self.renew().await,
+                _ = tick.tick() => self.interval().await,
+            }
+        }
+        if let Some((task, _)) = self.campaign.take() {
+            task.abort();
+        }
+        if let Some(lease) = self.lease {
+            match self.coord.revoke(lease).await {
+                Ok(()) => info!(host = %self.settings.host, "left the cluster"),
+                Err(e) => warn!("leaving the cluster: {e}; the lease expires on its own"),
+            }
+        }
+    }
+
+    fn start_campaign(&mut self) {
+        let Some(lease) = self.lease else { return };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut coord = self.coord.clone();
+        let election = self.keys.election(&self.settings.device);
+        let host = self.settings.host.clone().into_bytes();
+        let task = tokio::spawn(async move {
+            loop {
+                match coord.campaign(&election, host.clone(), lease).await {
+                    Ok(l) => {
+                        let _ = tx.send(l);
+                        return;
+                    }
+                    // etcd away: try again; the lease decides whether we may.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                }
+            }
+        });
+        self.campaign = Some((task, rx));
+    }
+
+    fn lost_lease(&mut self, why: &str) {
+        warn!(host = %self.settings.host, "lost the cluster lease ({why}): claim, candidacy and reports are gone; rejoining when etcd answers");
+        self.lease = None;
+        self.leading = None;
+        if let Some((task, _)) = self.campaign.take() {
+            task.abort();
+        }
+        let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        s.leases_lost += 1;
+        s.role = Role::Agent;
+        s.epoch = None;
+    }
+
+    async fn renew(&mut self) {
+        let Some(lease) = self.lease else { return };
+        match self.coord.keep_alive(lease).await {
+            Ok(()) => {}
+            Err(CoordError::LeaseExpired) => self.lost_lease("expired"),
+            Err(e) => {
+                self.set_connected(false);
+                tracing::debug!("renewing the lease: {e}");
+            }
+        }
+    }
+
+    fn set_connected(&self, connected: bool) {
+        let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        if s.connected != connected {
+            if connected {
+                info!("etcd answers again");
+            } else {
+                warn!("etcd does not answer; this host keeps its last allocation while it is fresh, then its fallback rule");
+            }
+        }
+        s.connected = connected;
+    }
+
+    async fn interval(&mut self) {
+        let result = self.exchange().await;
+        if result == Err(CoordError::LeaseExpired) {
+            self.lost_lease("a write under it was refused");
+        }
+        self.set_connected(!matches!(result, Err(CoordError::Unavailable(_))));
+        if let Err(e) = result {
+            tracing::debug!("cluster interval: {e}");
+        }
+    }
+
+    async fn exchange(&mut self) -> Result<(), CoordError> {
+        if self.lease.is_none() {
+            match join(&mut self.coord, &self.keys, &self.settings).await {
+                Ok(lease) => {
+                    info!(host = %self.settings.host, "rejoined the cluster");
+                    self.lease = Some(lease);
+                    self.start_campaign();
+                }
+                Err(ClusterError::Etcd(e)) => return Err(e),
+                Err(e) => {
+                    warn!("{e}");
+                    return Ok(());
+                }
+            }
+        }
+        let lease = self.lease;
+        let outgoing = self
+            .mailbox
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .outgoing
+            .take();
+        if let Some(report) = outgoing {
+            let key = self.keys.report(&self.settings.device, &self.settings.host);
+            self.coord.put(&key, report.encode(), lease).await?;
+        }
+        let hosts: Vec<String> = self
+            .coord
+            .get_prefix(&self.keys.hosts())
+            .await?
+            .into_iter()
+            .filter_map(|(k, _)| k.strip_prefix(&self.keys.hosts()).map(str::to_string))
+            .collect();
+        let key = self
+            .keys
+            .allocation(&self.settings.device, &self.settings.host);
+        let incoming = match self.coord.get(&key).await? {
+            Some(bytes) => match Allocation::decode(&bytes) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    self.warn_once(&key, &e.to_string());
+                    None
+                }
+            },
+            None => None,
+        };
+        if let Some(a) = &incoming {
+            self.last_allocation = Some(a.clone());
+        }
+        {
+            let mut m = self.mailbox.lock().unwrap_or_else(|e| e.into_inner());
+            m.hosts_seen = hosts.len();
+            if incoming.is_some() {
+                m.incoming = incoming;
+            }
+        }
+        self.take_leadership();
+        self.allocate().await?;
+        let allocator = self
+            .coord
+            .leader(&self.keys.election(&self.settings.device))
+            .await?
+            .map(|v| String::from_utf8_lossy(&v).into_owned());
+        let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        s.hosts = hosts;
+        s.allocator = allocator;
+        Ok(())
+    }
+
+    /// A campaign that was won makes this agent the allocator, starting from
+    /// the capacity the last allocation carried.
+    fn take_leadership(&mut self) {
+        let Some((_, rx)) = &mut self.campaign else {
+            return;
+        };
+        let Ok(leadership) = rx.try_recv() else {
+            return;
+        };
+        self.campaign = None;
+        let mut ctx = self.settings.ctx;
+        if let Some(a) = &self.last_allocation {
+            if a.capacity.is_finite() && a.capacity > 0.0 {
+                ctx.capacity = a.capacity;
+            }
+        }
+        info!(host = %self.settings.host, epoch = leadership.epoch, "this host is the allocator");
+        let allocator = Allocator::new(
+            self.settings.device.clone(),
+            self.settings.policy,
+            &self.settings.params,
+            ctx,
+            leadership.epoch,
+        );
+        let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        s.role = Role::Allocator;
+        s.epoch = Some(leadership.epoch);
+        s.terms += 1;
+        drop(s);
+        self.leading = Some((leadership, allocator));
+    }
+
+    async fn allocate(&mut self) -> Result<(), CoordError> {
+        if self.leading.is_none() {
+            return Ok(());
+        }
+        let prefix = self.keys.reports(&self.settings.device);
+        let mut reports = Vec::new();
+        for (key, bytes) in self.coord.get_prefix(&prefix).await? {
+            match HostReport::decode(&bytes) {
+                Ok(r) if key.strip_prefix(&prefix) == Some(r.host.as_str()) => reports.push(r),
+                Ok(r) => self.warn_once(&key, &format!("claims host `{}`", r.host)),
+                Err(e) => self.warn_once(&key, &e.to_string()),
+            }
+        }
+        let now = self.started.elapsed();
+        let Some((leadership, allocator)) = &mut self.leading else {
+            return Ok(());
+        };
+        let round = allocator.allocate(now, &reports);
+        let conflicts: Vec<String> = round.conflicts.iter().map(|c| c.tenant.clone()).collect();
+        for c in &round.conflicts {
+            let key = format!("conflict/{}", c.tenant);
+            let message = format!(
+                "tenant `{}` has different promises on hosts {:?}: each host's tenant keeps its own floor, so the floor is granted more than once",
+                c.tenant, c.hosts
+            );
+            if self.warned.insert(key) {
+                warn!("{message}");
+            }
+        }
+        let kvs = round
+            .allocations
+            .iter()
+            .map(|a| (self.keys.allocation(&a.device, &a.host), a.encode()))
+            .collect();
+        let leadership = leadership.clone();
+        let held = self.coord.put_fenced(&leadership, kvs).await?;
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .conflicts = conflicts;
+        if !held {
+            warn!(host = %self.settings.host, epoch = leadership.epoch, "another agent is the allocator now; stepping down");
+            self.leading = None;
+            self.status.lock().unwrap_or_else(|e| e.into_inner()).role = Role::Agent;
+            self.start_campaign();
+        }
+        Ok(())
+    }
+
+    fn warn_once(&mut self, key: &str, message: &str) {
+        if self.warned.insert(key.to_string()) {
+            warn!(key, "ignoring a value in etcd: {message}");
+        }
+    }
+}

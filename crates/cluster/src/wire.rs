@@ -1,0 +1,188 @@
+//! What travels through etcd: each agent's [`HostReport`] (its tenants, their
+//! usage and caps, its view of the shared device) and the allocator's
+//! [`Allocation`] for each host. JSON with a schema version, so a value from
+//! a newer iofloor or plain garbage is refused with a reason, never a panic.
+
+use iofloor_core::{Caps, DeviceSample, TenantSpec, Usage};
+use serde::{Deserialize, Serialize};
+
+/// The schema these types are written in. A reader refuses values of a
+/// higher version (they may mean something it does not know) and of 0.
+pub const SCHEMA: u32 = 1;
+
+/// One tenant as its host sees it over the last interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantReport {
+    pub spec: TenantSpec,
+    /// `None` when the host had no trustworthy sample (first interval,
+    /// counters reset, read failed).
+    pub usage: Option<Usage>,
+    /// The caps in force during the interval.
+    pub caps: Caps,
+}
+
+/// What an agent publishes each interval for one shared device, under a key
+/// bound to its lease: when the host dies, the report goes with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostReport {
+    pub schema: u32,
+    pub host: String,
+    /// The shared device's name in the cluster (not the local node: each
+    /// host reaches the same storage through its own block device).
+    pub device: String,
+    /// Increases with every report of this agent process.
+    pub seq: u64,
+    /// Length of the interval the samples cover, in seconds.
+    pub interval_s: f64,
+    /// This host's view of the shared device: only its own I/O.
+    pub local_device: Option<DeviceSample>,
+    pub tenants: Vec<TenantReport>,
+}
+
+/// The caps the allocator gives one host's tenants of one shared device.
+/// Written under a fence (only the current allocator's write lands) and not
+/// bound to a lease: a host keeps reading its last allocation when the
+/// allocator dies, and judges by `epoch`, `seq` and its own clock whether it
+/// is still fresh.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Allocation {
+    pub schema: u32,
+    pub host: String,
+    pub device: String,
+    /// The allocator's term: the create revision of its election key. A
+    /// higher epoch is a newer allocator; a lower one is never applied.
+    pub epoch: i64,
+    /// Increases with each allocation within an epoch.
+    pub seq: u64,
+    /// The allocator's interval, in seconds.
+    pub interval_s: f64,
+    /// The shared device's capacity the allocator believes in, in cost
+    /// units per second, and what every host's active floors cost: the host's
+    /// fallback rule when the allocator goes quiet.
+    pub capacity: f64,
+    pub floors: f64,
+    /// Hosts that reported this interval.
+    pub hosts: usize,
+    /// Caps per tenant of this host, by tenant name.
+    pub caps: Vec<(String, Caps)>,
+}
+
+/// Why a value read from etcd was not used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WireError {
+    #[error("not an iofloor {what} (schema {SCHEMA}): {detail}")]
+    Garbage { what: &'static str, detail: String },
+    #[error("{what} of schema {found}, newer than this iofloor's {SCHEMA}: upgrade this host")]
+    FutureSchema { what: &'static str, found: u32 },
+}
+
+#[derive(Deserialize)]
+struct SchemaOnly {
+    schema: u32,
+}
+
+fn decode<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    bytes: &[u8],
+) -> Result<T, WireError> {
+    // The version first, so a newer writer's value is named as such rather
+    // than as garbage because a field changed.
+    let version: SchemaOnly = serde_json::from_slice(bytes).map_err(|e| WireError::Garbage {
+        what,
+        detail: e.to_string(),
+    })?;
+    if version.schema > SCHEMA {
+        return Err(WireError::FutureSchema {
+            what,
+            found: version.schema,
+        });
+    }
+    if version.schema == 0 {
+        return Err(WireError::Garbage {
+            what,
+            detail: "schema 0".into(),
+        });
+    }
+    serde_json::from_slice(bytes).map_err(|e| WireError::Garbage {
+        what,
+        detail: e.to_string(),
+    })
+}
+
+impl HostReport {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a report is plain data")
+    }
+    pub fn decode(bytes: &[u8]) -> Result<HostReport, WireError> {
+        decode("host report", bytes)
+    }
+}
+
+impl Allocation {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("an allocation is plain data")
+    }
+    pub fn decode(bytes: &[u8]) -> Result<Allocation, WireError> {
+        decode("allocation", bytes)
+    }
+
+    pub fn caps_of(&self, tenant: &str) -> Option<Caps> {
+        self.caps
+            .iter()
+            .find(|(name, _)| name == tenant)
+            .map(|(_, caps)| *caps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allocation() -> Allocation {
+        Allocation {
+            schema: SCHEMA,
+            host: "h1".into(),
+            device: "shared".into(),
+            epoch: 7,
+            seq: 3,
+            interval_s: 1.0,
+            capacity: 0.9,
+            floors: 0.5,
+            hosts: 3,
+            caps: vec![(
+                "t1".into(),
+                Caps {
+                    read_iops: Some(500.0),
+                    ..Caps::NONE
+                },
+            )],
+        }
+    }
+
+    #[test]
+    fn values_read_back_as_written() {
+        let a = allocation();
+        assert_eq!(Allocation::decode(&a.encode()).unwrap(), a);
+        assert_eq!(a.caps_of("t1").unwrap().read_iops, Some(500.0));
+        assert_eq!(a.caps_of("t2"), None);
+    }
+
+    #[test]
+    fn garbage_and_future_schemas_are_refused_with_a_reason() {
+        let e = Allocation::decode(b"\xff\x00 not json").unwrap_err();
+        assert!(matches!(e, WireError::Garbage { .. }), "{e}");
+        let e = Allocation::decode(br#"{"schema": 2, "whatever": true}"#).unwrap_err();
+        assert_eq!(
+            e,
+            WireError::FutureSchema {
+                what: "allocation",
+                found: 2
+            }
+        );
+        assert!(e.to_string().contains("newer"), "{e}");
+        let e = HostReport::decode(br#"{"schema": 1, "host": 5}"#).unwrap_err();
+        assert!(e.to_string().contains("host report"), "{e}");
+        let e = HostReport::decode(br#"{"schema": 0}"#).unwrap_err();
+        assert!(matches!(e, WireError::Garbage { .. }), "{e}");
+    }
+}
