@@ -3,7 +3,9 @@
 # kind lacks: fio, qemu-storage-daemon (qemu-system-common), and for the
 # real-guest test qemu-system-x86_64, busybox and cpio plus a guest image
 # (scripts/guest-image.sh), and for the daemon's tests promtool (prometheus)
-# and chromium. Needs root.
+# and chromium; for cluster mode etcd (server and etcdctl), and protoc with
+# the well-known protobuf types, which the etcd client crate needs to build.
+# Needs root.
 set -euo pipefail
 missing=()
 command -v fio >/dev/null || missing+=(fio)
@@ -14,6 +16,10 @@ command -v cpio >/dev/null || missing+=(cpio)
 # The daemon's tests: promtool checks /metrics, Chromium drives the dashboard.
 command -v promtool >/dev/null || missing+=(prometheus)
 command -v chromium >/dev/null || missing+=(chromium)
+command -v etcd >/dev/null || missing+=(etcd-server)
+command -v etcdctl >/dev/null || missing+=(etcd-client)
+command -v protoc >/dev/null || missing+=(protobuf-compiler)
+[[ -f /usr/include/google/protobuf/descriptor.proto ]] || missing+=(libprotobuf-dev)
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "iofloor: need root to install ${missing[*]}" >&2

@@ -119,6 +119,7 @@ fn service(config: Config) -> Service {
         metrics: Metrics::new(),
         ticks,
         token: Mutex::new(None),
+        cluster: None,
     });
     Service::new(config, shared).expect("the service starts on the recorded tree")
 }

@@ -32,6 +32,7 @@ struct File {
     cgroup_root: Option<PathBuf>,
     policy: Option<Spanned<PolicySection>>,
     api: Option<Spanned<ApiSection>>,
+    cluster: Option<Spanned<ClusterSection>>,
     #[serde(default, rename = "device")]
     devices: Vec<Spanned<DeviceEntry>>,
     #[serde(default, rename = "tenant")]
@@ -74,6 +75,25 @@ struct ApiSection {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct ClusterSection {
+    endpoints: Vec<String>,
+    name: Option<String>,
+    host: Option<String>,
+    device: Option<String>,
+    shared_device: Option<String>,
+    lease_ttl: Option<DurationQ>,
+    stale_after: Option<DurationQ>,
+    request_timeout: Option<DurationQ>,
+    user: Option<String>,
+    password: Option<String>,
+    password_file: Option<PathBuf>,
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct DeviceEntry {
     name: Option<String>,
     path: Option<PathBuf>,
@@ -109,6 +129,24 @@ pub struct ApiConfig {
     /// Bearer token for changes over TCP; without one, changes are accepted
     /// only over the unix socket.
     pub token: Option<String>,
+}
+
+/// Cluster mode (`[cluster]`): this daemon is one agent of a cluster whose
+/// hosts share a device, coordinated through etcd (docs/cluster.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterConfig {
+    pub name: String,
+    /// This host's name in the cluster; unique among running agents.
+    pub host: String,
+    /// Index into `devices` of the shared device.
+    pub device: usize,
+    /// The shared device's cluster-wide name (each host reaches it through
+    /// its own block device).
+    pub shared_device: String,
+    pub lease_ttl: Duration,
+    /// An allocation older than this is never applied.
+    pub stale_after: Duration,
+    pub etcd: iofloor_cluster::EtcdOptions,
 }
 
 /// How a device's cost model is obtained.
@@ -177,6 +215,7 @@ pub struct Config {
     pub api: ApiConfig,
     pub devices: Vec<DeviceConfig>,
     pub tenants: Vec<TenantConfig>,
+    pub cluster: Option<ClusterConfig>,
 }
 
 pub const DEFAULT_STATE_FILE: &str = "/run/iofloor/state.json";
@@ -329,6 +368,161 @@ impl Checker<'_> {
             unix_socket: section.unix_socket.map(|p| self.resolve(&p)),
             token,
         })
+    }
+
+    fn cluster(
+        &self,
+        section: Option<Spanned<ClusterSection>>,
+        devices: &[DeviceConfig],
+        interval: Duration,
+    ) -> Result<Option<ClusterConfig>, ConfigError> {
+        let Some(section) = section else {
+            return Ok(None);
+        };
+        let span = section.span();
+        let c = section.into_inner();
+        let bad = |key: &str, message: String| {
+            self.error(
+                Some(&span),
+                ValidationError::new(key, message).under("cluster"),
+            )
+        };
+        if c.endpoints.is_empty() {
+            return Err(bad(
+                "endpoints",
+                "give at least one etcd endpoint, such as \"http://10.0.0.1:2379\"".into(),
+            ));
+        }
+        for e in &c.endpoints {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                return Err(bad(
+                    "endpoints",
+                    format!("`{e}` is not a URL such as http://10.0.0.1:2379"),
+                ));
+            }
+        }
+        let key_part = |key: &str, v: &str| -> Result<(), ConfigError> {
+            if v.is_empty() || v.contains('/') || v.chars().any(char::is_whitespace) {
+                return Err(bad(
+                    key,
+                    format!("`{v}` must be a non-empty name without `/` or spaces"),
+                ));
+            }
+            Ok(())
+        };
+        let name = c.name.unwrap_or_else(|| "iofloor".into());
+        key_part("name", &name)?;
+        let host = match c.host {
+            Some(h) => h,
+            None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .map_err(|e| {
+                    bad(
+                        "host",
+                        format!("not given and the hostname is unreadable: {e}"),
+                    )
+                })?,
+        };
+        key_part("host", &host)?;
+        let device = match &c.device {
+            Some(n) => devices
+                .iter()
+                .position(|d| &d.name == n)
+                .ok_or_else(|| bad("device", format!("no [[device]] named `{n}`")))?,
+            None if devices.len() == 1 => 0,
+            None => {
+                return Err(bad(
+                    "device",
+                    "name the shared [[device]] (there is more than one)".into(),
+                ))
+            }
+        };
+        let shared_device = c
+            .shared_device
+            .unwrap_or_else(|| devices[device].name.clone());
+        key_part("shared_device", &shared_device)?;
+        let lease_ttl = c.lease_ttl.map(|d| d.0).unwrap_or(Duration::from_secs(3));
+        // etcd's default election timeout is 1 s; a shorter lease would
+        // expire on an ordinary leader change.
+        if lease_ttl < Duration::from_secs(2) || lease_ttl.subsec_nanos() != 0 {
+            return Err(bad(
+                "lease_ttl",
+                format!("must be whole seconds, at least 2s, got {lease_ttl:?}"),
+            ));
+        }
+        let stale_after = c.stale_after.map(|d| d.0).unwrap_or(interval * 3);
+        if stale_after < interval {
+            return Err(bad(
+                "stale_after",
+                format!("must be at least the interval ({interval:?}), got {stale_after:?}"),
+            ));
+        }
+        let request_timeout = c
+            .request_timeout
+            .map(|d| d.0)
+            .unwrap_or(interval.min(Duration::from_secs(1)));
+        if request_timeout < Duration::from_millis(50) {
+            return Err(bad(
+                "request_timeout",
+                format!("must be at least 50ms, got {request_timeout:?}"),
+            ));
+        }
+        let password = match (c.password, c.password_file) {
+            (Some(_), Some(_)) => {
+                return Err(bad(
+                    "password",
+                    "give `password` or `password_file`, not both".into(),
+                ))
+            }
+            (Some(p), None) => Some(p),
+            (None, Some(f)) => {
+                let f = self.resolve(&f);
+                Some(
+                    std::fs::read_to_string(&f)
+                        .map_err(|e| bad("password_file", format!("{}: {e}", f.display())))?
+                        .trim()
+                        .to_string(),
+                )
+            }
+            (None, None) => None,
+        };
+        let user = match (c.user, password) {
+            (Some(u), Some(p)) => Some((u, p)),
+            (None, None) => None,
+            _ => return Err(bad("user", "`user` and a password go together".into())),
+        };
+        if c.cert_file.is_some() != c.key_file.is_some() {
+            return Err(bad(
+                "cert_file",
+                "`cert_file` and `key_file` go together (mutual TLS)".into(),
+            ));
+        }
+        for (key, file) in [
+            ("ca_file", &c.ca_file),
+            ("cert_file", &c.cert_file),
+            ("key_file", &c.key_file),
+        ] {
+            if let Some(f) = file {
+                let f = self.resolve(f);
+                std::fs::metadata(&f).map_err(|e| bad(key, format!("{}: {e}", f.display())))?;
+            }
+        }
+        Ok(Some(ClusterConfig {
+            name,
+            host,
+            device,
+            shared_device,
+            lease_ttl,
+            stale_after,
+            etcd: iofloor_cluster::EtcdOptions {
+                endpoints: c.endpoints,
+                user,
+                ca_file: c.ca_file.map(|p| self.resolve(&p)),
+                cert_file: c.cert_file.map(|p| self.resolve(&p)),
+                key_file: c.key_file.map(|p| self.resolve(&p)),
+                request_timeout,
+            },
+        }))
     }
 
     fn device(&self, d: DeviceEntry) -> Result<DeviceConfig, ValidationError> {
@@ -550,6 +744,7 @@ impl Config {
         let api = check.api(file.api)?;
         let devices = check.devices(file.devices)?;
         let tenants = check.tenants(file.tenants, &devices)?;
+        let cluster = check.cluster(file.cluster, &devices, interval)?;
         Ok(Config {
             file: path.to_path_buf(),
             interval,
@@ -563,6 +758,7 @@ impl Config {
             api,
             devices,
             tenants,
+            cluster,
         })
     }
 }
@@ -651,6 +847,66 @@ weight = 200
 
     fn error_of(text: &str) -> ConfigError {
         parse(text).unwrap_err()
+    }
+
+    #[test]
+    fn a_cluster_section_parses_with_defaults_and_refuses_bad_values() {
+        let device = "[[device]]\nname = \"data\"\nid = \"7:0\"\nmodel = { rbps = 1e9, rseqiops = 1e3, rrandiops = 1e3, wbps = 1e9, wseqiops = 1e3, wrandiops = 1e3 }\n";
+        let with = |cluster: &str| format!("interval = \"500ms\"\n{device}\n[cluster]\n{cluster}");
+        let c = parse(&with(
+            "endpoints = [\"http://10.0.0.1:2379\"]\nhost = \"h1\"\n",
+        ))
+        .unwrap()
+        .cluster
+        .unwrap();
+        assert_eq!(c.name, "iofloor");
+        assert_eq!(c.host, "h1");
+        assert_eq!((c.device, c.shared_device.as_str()), (0, "data"));
+        assert_eq!(c.lease_ttl, Duration::from_secs(3));
+        assert_eq!(c.stale_after, Duration::from_millis(1500), "3 intervals");
+        assert_eq!(c.etcd.request_timeout, Duration::from_millis(500));
+        for (cluster, needle) in [
+            ("endpoints = []", "cluster.endpoints"),
+            ("endpoints = [\"10.0.0.1:2379\"]", "cluster.endpoints"),
+            (
+                "endpoints = [\"http://e:2379\"]\nhost = \"a/b\"",
+                "cluster.host",
+            ),
+            (
+                "endpoints = [\"http://e:2379\"]\ndevice = \"nope\"",
+                "cluster.device",
+            ),
+            (
+                "endpoints = [\"http://e:2379\"]\nlease_ttl = \"1s\"",
+                "cluster.lease_ttl",
+            ),
+            (
+                "endpoints = [\"http://e:2379\"]\nlease_ttl = \"2500ms\"",
+                "cluster.lease_ttl",
+            ),
+            (
+                "endpoints = [\"http://e:2379\"]\nstale_after = \"100ms\"",
+                "cluster.stale_after",
+            ),
+            (
+                "endpoints = [\"http://e:2379\"]\nuser = \"u\"",
+                "cluster.user",
+            ),
+            (
+                "endpoints = [\"http://e:2379\"]\ncert_file = \"/etc/hostname\"",
+                "cluster.cert_file",
+            ),
+            (
+                "endpoints = [\"http://e:2379\"]\nca_file = \"/no/such/ca.pem\"",
+                "cluster.ca_file",
+            ),
+            ("endpoints = [\"http://e:2379\"]\nleader = true", "leader"),
+        ] {
+            let e = error_of(&with(cluster));
+            assert!(e.message.contains(needle), "{cluster}: {e}");
+            // The [cluster] table's line, or the offending key's.
+            assert!(matches!(e.line, Some(7..=9)), "{cluster}: {e}");
+        }
     }
 
     #[test]

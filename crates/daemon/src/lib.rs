@@ -19,7 +19,7 @@ pub mod view;
 
 use crate::api::ApiState;
 use crate::config::Config;
-use crate::service::{Command, Service, Shared};
+use crate::service::{ClusterLink, Command, Service, Shared};
 use std::sync::{Arc, Mutex};
 use tracing::{info, warn};
 
@@ -57,17 +57,46 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         None => None,
     };
 
+    // Cluster mode: etcd must answer before anything else happens, so a
+    // wrong endpoint is an error at start, not a host silently on its own.
+    let etcd = match &config.cluster {
+        Some(c) => Some(
+            iofloor_cluster::Etcd::connect(&c.etcd)
+                .await
+                .map_err(|e| anyhow::anyhow!("`cluster.endpoints` {:?}: {e}", c.etcd.endpoints))?,
+        ),
+        None => None,
+    };
+
     let (ticks, _) = tokio::sync::broadcast::channel(16);
     let shared = Arc::new(Shared {
         view: Mutex::new(Service::initial_view(&config)),
         metrics: metrics::Metrics::new(),
         ticks,
         token: Mutex::new(None),
+        cluster: config.cluster.as_ref().map(|_| ClusterLink::default()),
     });
     let unix_path = config.api.unix_socket.clone();
     let service = {
         let shared = shared.clone();
         tokio::task::spawn_blocking(move || Service::new(config, shared)).await??
+    };
+    // Joins before the first interval: a host name another agent holds is
+    // refused before any tenant is touched.
+    let agent = match (etcd, service.cluster_settings(), &shared.cluster) {
+        (Some(etcd), Some(settings), Some(link)) => {
+            let agent = match iofloor_cluster::start(etcd, settings, link.mailbox.clone()).await {
+                Ok(agent) => agent,
+                Err(e) => {
+                    // Nothing was adopted yet: this only removes the state file.
+                    tokio::task::spawn_blocking(move || service.stop_before_start()).await??;
+                    return Err(e.into());
+                }
+            };
+            *link.status.lock().unwrap() = Some(agent.status.clone());
+            Some(agent)
+        }
+        _ => None,
     };
     let (tx, rx) = std::sync::mpsc::channel();
     let control = std::thread::Builder::new()
@@ -105,6 +134,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     }
     let _ = commands.send(Command::Shutdown);
     let result = tokio::task::spawn_blocking(move || control.join()).await?;
+    // After the limits are restored: leaving revokes the lease, and the
+    // other hosts' next allocation no longer counts this one.
+    if let Some(agent) = agent {
+        agent.stop().await;
+    }
     if let Some(p) = unix_path {
         let _ = std::fs::remove_file(p);
     }

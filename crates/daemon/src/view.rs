@@ -160,6 +160,31 @@ pub struct Status {
     pub config: String,
     pub devices: Vec<DeviceState>,
     pub last_reload: Option<Reload>,
+    /// Cluster mode: this agent's place in the cluster; `None` on a single host.
+    #[serde(default)]
+    pub cluster: Option<ClusterView>,
+}
+
+/// This agent as the cluster sees it, and how its last caps were chosen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterView {
+    pub cluster: String,
+    pub host: String,
+    /// The shared device's cluster-wide name.
+    pub device: String,
+    /// `allocator` or `agent`.
+    pub role: String,
+    /// The allocator's host, as the election says.
+    pub allocator: Option<String>,
+    pub connected: bool,
+    /// Hosts whose agents hold a claim in etcd.
+    pub hosts: Vec<String>,
+    /// `allocated`, `starting` or `fallback`.
+    pub mode: Option<String>,
+    /// Age of the allocation in force, by this host's clock.
+    pub allocation_age_s: Option<f64>,
+    pub conflicts: Vec<String>,
+    pub leases_lost: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

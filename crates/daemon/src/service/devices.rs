@@ -15,6 +15,8 @@ use tracing::{debug, info, warn};
 pub(super) struct DeviceLoop {
     pub(super) config: DeviceConfig,
     pub(super) cost: CostModel,
+    /// The policy's parameters as built (with the calibrated queue knee).
+    pub(super) params: iofloor_core::PolicyParams,
     pub(super) controller: Controller,
     pub(super) backend: HybridBackend,
     pub(super) present: bool,
@@ -84,10 +86,13 @@ fn device_present(d: &DeviceConfig) -> bool {
         .is_some_and(|sectors| sectors > 0)
 }
 
+/// Builds a device's controller. The cluster's shared device gets the agent
+/// policy (`agent`): it applies what the allocator decides, or its fallback.
 pub(super) fn build_device(
     config: &Config,
     d: &DeviceConfig,
     root: &Path,
+    agent: Option<(&crate::config::ClusterConfig, &super::ClusterLink)>,
 ) -> anyhow::Result<DeviceLoop> {
     let work = std::env::temp_dir().join(format!("iofloor-calibrate-{}", std::process::id()));
     let (cost, knee) = cost_model(d, &work)?;
@@ -95,14 +100,22 @@ pub(super) fn build_device(
     if params.floor.queue_knee.is_none() {
         params.floor.queue_knee = knee;
     }
-    let policy = iofloor_core::build_policy(
-        config.policy,
-        &params,
-        PolicyContext {
-            cost,
-            capacity: 1.0,
-        },
-    );
+    let policy: Box<dyn iofloor_core::Policy> = match agent {
+        Some((cluster, link)) => Box::new(iofloor_cluster::AgentPolicy::new(
+            cluster.host.clone(),
+            cluster.shared_device.clone(),
+            iofloor_cluster::AgentRule::new(cost, cluster.stale_after),
+            link.mailbox.clone(),
+        )),
+        None => iofloor_core::build_policy(
+            config.policy,
+            &params,
+            PolicyContext {
+                cost,
+                capacity: 1.0,
+            },
+        ),
+    };
     let io = iofloor_host::cgroup::controller(root, d.id)
         .map_err(|e| anyhow::anyhow!("device `{}`: {e}", d.name))?;
     let backend = HybridBackend {
@@ -112,6 +125,7 @@ pub(super) fn build_device(
     Ok(DeviceLoop {
         config: d.clone(),
         cost,
+        params,
         controller: Controller::new(policy, Vec::new()),
         backend,
         present: true,

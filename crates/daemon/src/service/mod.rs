@@ -63,6 +63,16 @@ pub struct Shared {
     /// One JSON tick per interval for /api/v1/samples.
     pub ticks: tokio::sync::broadcast::Sender<Arc<str>>,
     pub token: Mutex<Option<String>>,
+    /// Cluster mode: what the control thread and the etcd task exchange.
+    pub cluster: Option<ClusterLink>,
+}
+
+/// The shared ends of cluster mode: the agent policy's mailbox and the
+/// coordination task's status (set once the agent has joined).
+#[derive(Default)]
+pub struct ClusterLink {
+    pub mailbox: Arc<Mutex<iofloor_cluster::Mailbox>>,
+    pub status: Mutex<Option<Arc<Mutex<iofloor_cluster::ClusterStatus>>>>,
 }
 
 pub(super) struct Tenant {
@@ -110,7 +120,15 @@ impl Service {
         let devices = config
             .devices
             .iter()
-            .map(|d| build_device(&config, d, &root))
+            .enumerate()
+            .map(|(i, d)| {
+                let agent = config
+                    .cluster
+                    .as_ref()
+                    .filter(|c| c.device == i)
+                    .zip(shared.cluster.as_ref());
+                build_device(&config, d, &root, agent)
+            })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let ownership = Ownership::create(&config.state_file)?;
         *shared.token.lock().unwrap() = config.api.token.clone();
@@ -133,6 +151,26 @@ impl Service {
         Ok(s)
     }
 
+    /// What the cluster agent needs from this service: the shared device's
+    /// cost model, with the config's policy; `None` on a single host.
+    pub fn cluster_settings(&self) -> Option<iofloor_cluster::AgentSettings> {
+        let c = self.config.cluster.as_ref()?;
+        let device = &self.devices[c.device];
+        Some(iofloor_cluster::AgentSettings {
+            cluster: c.name.clone(),
+            host: c.host.clone(),
+            device: c.shared_device.clone(),
+            interval: self.config.interval,
+            lease_ttl: c.lease_ttl,
+            policy: self.config.policy,
+            params: device.params.clone(),
+            ctx: iofloor_core::PolicyContext {
+                cost: device.cost,
+                capacity: 1.0,
+            },
+        })
+    }
+
     pub fn initial_view(config: &Config) -> View {
         View {
             status: Status {
@@ -145,6 +183,7 @@ impl Service {
                 config: config.file.display().to_string(),
                 devices: Vec::new(),
                 last_reload: None,
+                cluster: None,
             },
             tenants: BTreeMap::new(),
             history: BTreeMap::new(),
@@ -198,6 +237,12 @@ impl Service {
                 }
             }
         }
+        self.shutdown()
+    }
+
+    /// Gives up before the first interval (nothing adopted yet): removes
+    /// the state file, as a clean stop would.
+    pub fn stop_before_start(self) -> anyhow::Result<()> {
         self.shutdown()
     }
 

@@ -3,7 +3,7 @@
 
 use super::{Service, Tenant};
 use crate::discovery::FoundKind;
-use crate::view::{AdmissionView, DeviceState, Point, SourceKind, TenantView};
+use crate::view::{AdmissionView, ClusterView, DeviceState, Point, SourceKind, TenantView};
 use iofloor_core::{admission, DirUsage, TenantSpec, Usage};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +24,42 @@ fn assumed_mix() -> Usage {
 }
 
 impl Service {
+    /// This agent's place in the cluster, from the etcd task's status and
+    /// the agent policy's mailbox; `None` on a single host.
+    fn cluster_view(&self) -> Option<ClusterView> {
+        let link = self.shared.cluster.as_ref()?;
+        let config = self.config.cluster.as_ref()?;
+        let (mode, age) = {
+            let m = link.mailbox.lock().unwrap_or_else(|e| e.into_inner());
+            (m.mode, m.allocation_age)
+        };
+        let status = link
+            .status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).clone());
+        Some(ClusterView {
+            cluster: config.name.clone(),
+            host: config.host.clone(),
+            device: config.shared_device.clone(),
+            role: match status.as_ref().map(|s| s.role) {
+                Some(iofloor_cluster::Role::Allocator) => "allocator".into(),
+                _ => "agent".into(),
+            },
+            allocator: status.as_ref().and_then(|s| s.allocator.clone()),
+            connected: status.as_ref().is_some_and(|s| s.connected),
+            hosts: status.as_ref().map(|s| s.hosts.clone()).unwrap_or_default(),
+            mode: mode.map(|m| m.as_str().to_string()),
+            allocation_age_s: age.map(|a| a.as_secs_f64()),
+            conflicts: status
+                .as_ref()
+                .map(|s| s.conflicts.clone())
+                .unwrap_or_default(),
+            leases_lost: status.map(|s| s.leases_lost).unwrap_or(0),
+        })
+    }
+
     /// Copies the state to the view, the metrics and the sample stream.
     pub(super) fn publish(&mut self, now: Duration) {
         let t_now = now.as_secs_f64();
@@ -33,6 +69,7 @@ impl Service {
             self.shared.metrics.device(&d.state, n);
         }
         let admission = self.admission(None);
+        let cluster = self.cluster_view();
         let views: Vec<TenantView> = self.tenants.values().map(|t| self.tenant_view(t)).collect();
         let mut view = self.shared.view.lock().unwrap();
         view.now = t_now;
@@ -43,6 +80,7 @@ impl Service {
         view.status.interval_s = self.config.interval.as_secs_f64();
         view.status.devices = devices;
         view.status.last_reload = self.last_reload.clone();
+        view.status.cluster = cluster;
         view.admission = admission;
         for v in views {
             let throttled_for = self

@@ -32,6 +32,9 @@ fn needing_restart(old: &Config, new: &Config) -> Vec<&'static str> {
     if new.api.listen != old.api.listen || new.api.unix_socket != old.api.unix_socket {
         changed.push("api.listen / api.unix_socket");
     }
+    if new.cluster != old.cluster {
+        changed.push("[cluster]");
+    }
     if new.policy != old.policy || new.params != old.params {
         changed.push("[policy]");
     }

@@ -6,6 +6,7 @@
 //! Skipped without root/blkio/fio/qemu-storage-daemon, except under CI.
 
 mod cdp;
+mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
 mod harness;
