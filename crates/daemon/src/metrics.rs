@@ -52,6 +52,22 @@ struct DeviceLabels {
     device: String,
 }
 
+/// Cluster mode: which cluster, which host this agent is, which shared device.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabels {
+    cluster: String,
+    host: String,
+    device: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterModeLabels {
+    cluster: String,
+    host: String,
+    device: String,
+    mode: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabels {
     result: String,
@@ -80,6 +96,12 @@ pub struct Metrics {
     overruns: Counter,
     ticks: Counter,
     reloads: Family<ReloadLabels, Counter>,
+    cluster_allocator: Family<ClusterLabels, GaugeF>,
+    cluster_connected: Family<ClusterLabels, GaugeF>,
+    cluster_hosts: Family<ClusterLabels, GaugeF>,
+    cluster_allocation_age: Family<ClusterLabels, GaugeF>,
+    cluster_leases_lost: Family<ClusterLabels, GaugeF>,
+    cluster_mode: Family<ClusterModeLabels, GaugeF>,
 }
 
 fn unit_label(r: Rate) -> &'static str {
@@ -120,6 +142,12 @@ impl Metrics {
             overruns: Counter::default(),
             ticks: Counter::default(),
             reloads: Family::default(),
+            cluster_allocator: Family::default(),
+            cluster_connected: Family::default(),
+            cluster_hosts: Family::default(),
+            cluster_allocation_age: Family::default(),
+            cluster_leases_lost: Family::default(),
+            cluster_mode: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut m.registry;
@@ -223,6 +251,36 @@ impl Metrics {
             "iofloor_config_reloads",
             "Config reloads, by result",
             m.reloads.clone(),
+        );
+        r.register(
+            "iofloor_cluster_allocator",
+            "1 if this host is the cluster's allocator for the shared device",
+            m.cluster_allocator.clone(),
+        );
+        r.register(
+            "iofloor_cluster_connected",
+            "1 if etcd answered in the last interval",
+            m.cluster_connected.clone(),
+        );
+        r.register(
+            "iofloor_cluster_hosts",
+            "Hosts whose agents hold a claim in etcd",
+            m.cluster_hosts.clone(),
+        );
+        r.register(
+            "iofloor_cluster_allocation_age_seconds",
+            "Age of the allocation in force, by this host's clock",
+            m.cluster_allocation_age.clone(),
+        );
+        r.register(
+            "iofloor_cluster_leases_lost",
+            "Times this agent lost its lease and rejoined",
+            m.cluster_leases_lost.clone(),
+        );
+        r.register(
+            "iofloor_cluster_mode",
+            "1 for how the shared device's caps were chosen (allocated, starting, fallback)",
+            m.cluster_mode.clone(),
         );
         m
     }
@@ -384,6 +442,46 @@ impl Metrics {
             }
         }
         self.tenants.get_or_create(&l).set(tenants as f64);
+    }
+
+    /// Cluster mode: this agent's place in the cluster.
+    pub fn cluster(&self, c: &crate::view::ClusterView) {
+        let l = ClusterLabels {
+            cluster: c.cluster.clone(),
+            host: c.host.clone(),
+            device: c.device.clone(),
+        };
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        self.cluster_allocator
+            .get_or_create(&l)
+            .set(flag(c.role == "allocator"));
+        self.cluster_connected
+            .get_or_create(&l)
+            .set(flag(c.connected));
+        self.cluster_hosts
+            .get_or_create(&l)
+            .set(c.hosts.len() as f64);
+        self.cluster_leases_lost
+            .get_or_create(&l)
+            .set(c.leases_lost as f64);
+        match c.allocation_age_s {
+            Some(age) => {
+                self.cluster_allocation_age.get_or_create(&l).set(age);
+            }
+            None => {
+                self.cluster_allocation_age.remove(&l);
+            }
+        }
+        for mode in ["allocated", "starting", "fallback"] {
+            self.cluster_mode
+                .get_or_create(&ClusterModeLabels {
+                    cluster: c.cluster.clone(),
+                    host: c.host.clone(),
+                    device: c.device.clone(),
+                    mode: mode.into(),
+                })
+                .set(flag(c.mode.as_deref() == Some(mode)));
+        }
     }
 
     pub fn tick(&self, decision_seconds: f64, overrun: bool) {

@@ -70,6 +70,9 @@ impl Service {
         }
         let admission = self.admission(None);
         let cluster = self.cluster_view();
+        if let Some(c) = &cluster {
+            self.shared.metrics.cluster(c);
+        }
         let views: Vec<TenantView> = self.tenants.values().map(|t| self.tenant_view(t)).collect();
         let mut view = self.shared.view.lock().unwrap();
         view.now = t_now;

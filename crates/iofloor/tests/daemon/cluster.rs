@@ -186,6 +186,23 @@ fn run(rig: &TestRig, etcd: Option<&[String]>) -> Outcome {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+        let metrics = h1.get_text("/metrics");
+        let value = |series: &str| -> f64 {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(series))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+        };
+        let labels = r#"{cluster="e2e",host="h1",device="rig""#;
+        assert_eq!(value(&format!("iofloor_cluster_hosts{labels}}}")), 2.0);
+        assert_eq!(value(&format!("iofloor_cluster_connected{labels}}}")), 1.0);
+        assert_eq!(
+            value(&format!(
+                r#"iofloor_cluster_mode{labels},mode="allocated"}}"#
+            )),
+            1.0
+        );
         for c in [cluster_status(&h1), cluster_status(&h2)] {
             assert_eq!(c["leases_lost"], 0, "{c}");
             assert!(c["conflicts"].as_array().unwrap().is_empty(), "{c}");
