@@ -174,8 +174,31 @@ fn status_line(s: &Status) -> String {
             )
         })
         .collect();
+    let cluster = s
+        .cluster
+        .as_ref()
+        .map(|c| {
+            format!(
+                " · cluster {}: {} is {} (allocator {}, {} hosts{}), caps {}{}",
+                c.cluster,
+                c.host,
+                c.role,
+                c.allocator.as_deref().unwrap_or("none"),
+                c.hosts.len(),
+                if c.connected {
+                    ""
+                } else {
+                    ", etcd unreachable"
+                },
+                c.mode.as_deref().unwrap_or("-"),
+                c.allocation_age_s
+                    .map(|a| format!(" {a:.1}s old"))
+                    .unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
     format!(
-        "iofloor {} · policy {} · interval {:.1}s · up {:.0}s · {} ticks, {} overruns · {}",
+        "iofloor {} · policy {} · interval {:.1}s · up {:.0}s · {} ticks, {} overruns · {}{cluster}",
         s.version,
         s.policy,
         s.interval_s,

@@ -203,6 +203,15 @@ fn run(rig: &TestRig, etcd: Option<&[String]>) -> Outcome {
             )),
             1.0
         );
+        let top = Command::new(env!("CARGO_BIN_EXE_iofloor"))
+            .args(["top", "--once", "--url", &h1.url("")])
+            .output()
+            .unwrap();
+        let top = String::from_utf8_lossy(&top.stdout);
+        assert!(
+            top.contains("cluster e2e: h1 is") && top.contains("2 hosts"),
+            "iofloor top: {top}"
+        );
         for c in [cluster_status(&h1), cluster_status(&h2)] {
             assert_eq!(c["leases_lost"], 0, "{c}");
             assert!(c["conflicts"].as_array().unwrap().is_empty(), "{c}");
