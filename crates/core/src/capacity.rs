@@ -138,6 +138,10 @@ const NO_IMPROVEMENT: f64 = 0.9;
 /// device sustains: one interval's dip (a tenant restarting, its own demand
 /// falling while the latency is high) is no proof that the floors no longer fit.
 const SUSTAINED_INTERVALS: usize = 3;
+/// A device queue (I/Os in flight) short enough that its latency is the
+/// device's own, not queueing: only then does the automatic baseline justify
+/// probing past the model.
+const UNLOADED_QUEUE: f64 = 4.0;
 
 /// The learned capacity and what it remembers.
 #[derive(Debug, Clone)]
@@ -152,6 +156,11 @@ pub struct CapacityLoop {
 
     /// The latency when the last interval stepped the estimate down.
     stepped_down_at_us: Option<f64>,
+    /// The automatic baseline holds a latency seen at a short queue. A load
+    /// that starts with the service leaves only queued latencies; taken for
+    /// the unloaded one, they let the estimate creep past the model while
+    /// the device is saturated (measured: 1.07 at a queue of 41).
+    unloaded_seen: bool,
     step: f64,
     /// Level of the last overload, and intervals since.
     last_overload: Option<(f64, u32)>,
@@ -169,6 +178,7 @@ impl CapacityLoop {
             recent_served: std::collections::VecDeque::with_capacity(SUSTAINED_INTERVALS),
 
             stepped_down_at_us: None,
+            unloaded_seen: false,
             step: STEP_MIN,
             last_overload: None,
             verdict: Verdict::Unknown,
@@ -231,6 +241,7 @@ impl CapacityLoop {
                     // device serves each I/O more slowly (a write cliff), it
                     // is not queueing. This is its unloaded latency now.
                     self.recent_us.clear();
+                    self.unloaded_seen = false;
                     load = Load::Near;
                 }
             }
@@ -243,6 +254,7 @@ impl CapacityLoop {
                 self.recent_us.pop_front();
             }
             self.recent_us.push_back(l);
+            self.unloaded_seen |= obs.avg_queue.is_none_or(|q| q <= UNLOADED_QUEUE);
         }
         Some(load)
     }
@@ -312,6 +324,14 @@ impl CapacityLoop {
         self.estimate
     }
 
+    /// Whether "clear room" can be trusted enough to probe past the model:
+    /// the operator's target or knee, or a baseline seen unloaded.
+    fn load_judged_reliably(&self) -> bool {
+        self.settings.latency_target_us.is_some()
+            || self.settings.queue_knee.is_some()
+            || self.unloaded_seen
+    }
+
     /// Grows fast up to the last overload's level (or the model's capacity,
     /// with none remembered), and past it only by probing, on clear room.
     fn grow(&mut self, high: f64, clear_room: bool) {
@@ -324,7 +344,10 @@ impl CapacityLoop {
             let grown = (self.estimate * (1.0 + self.step)).min(reference);
             self.step = (self.step * 2.0).min(STEP_MAX);
             grown
-        } else if clear_room && since_overload.is_none_or(|age| age >= HOLD_BEYOND_INTERVALS) {
+        } else if clear_room
+            && since_overload.is_none_or(|age| age >= HOLD_BEYOND_INTERVALS)
+            && self.load_judged_reliably()
+        {
             self.estimate * (1.0 + PROBE_STEP)
         } else {
             return;
@@ -370,6 +393,34 @@ mod tests {
             contended: false,
             floors_need: 0.3,
         }
+    }
+
+    #[test]
+    fn a_device_loaded_from_the_start_is_not_probed_past_the_model() {
+        // The service starts under load: every latency it sees is queued
+        // (a queue of 40), so "clear room" against that baseline is no
+        // evidence of capacity beyond the model.
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        for _ in 0..200 {
+            c.update(&Observation {
+                avg_queue: Some(40.0),
+                ..obs(60_000.0, 1.0, false, true)
+            });
+        }
+        assert_eq!(c.estimate(), 1.0);
+        // One interval at a short queue shows the device's own latency;
+        // from then on clear room is probed.
+        c.update(&Observation {
+            avg_queue: Some(1.0),
+            ..obs(1_000.0, 0.3, false, true)
+        });
+        for _ in 0..60 {
+            c.update(&Observation {
+                avg_queue: Some(1.5),
+                ..obs(1_000.0, 1.0, false, true)
+            });
+        }
+        assert!(c.estimate() > 1.0, "{}", c.estimate());
     }
 
     #[test]
