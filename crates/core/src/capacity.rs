@@ -299,11 +299,11 @@ impl CapacityLoop {
                 // promise on one interval's evidence.
                 let keep = obs.floors_need.min(sustained).min(before);
                 self.estimate = (s * ratio).max(keep).clamp(low, high).min(level.max(keep));
-                // The level to recover to is what the device sustained: one
-                // interval of little served (a tenant restarting) would
-                // otherwise hold the estimate down for minutes.
-                let sustained_level = sustained.clamp(low, high).min(before);
-                self.last_overload = Some((sustained_level.max(self.estimate), 0));
+                // The level to recover to fast is what was served in this
+                // overload (or what was kept for the floors), not the best of
+                // the last intervals: after a cut those were served by the
+                // device as it was, and recovering to them overloads it again.
+                self.last_overload = Some((level.max(self.estimate), 0));
                 self.step = STEP_MIN;
                 Verdict::Overloaded
             }
