@@ -42,14 +42,7 @@ fn reports(hosts: usize, per_host: usize) -> Vec<HostReport> {
                 avg_queue: 2.0,
                 iops: 10_000.0,
             }),
-            tenants: chunk
-                .iter()
-                .map(|t| TenantReport {
-                    spec: (*t.spec).clone(),
-                    usage: t.usage,
-                    caps: t.caps,
-                })
-                .collect(),
+            tenants: chunk.iter().map(TenantReport::from).collect(),
         })
         .collect()
 }

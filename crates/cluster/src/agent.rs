@@ -248,15 +248,7 @@ impl Policy for AgentPolicy {
             seq: self.seq,
             interval_s: snapshot.interval.as_secs_f64(),
             local_device: snapshot.device,
-            tenants: snapshot
-                .tenants
-                .iter()
-                .map(|t| TenantReport {
-                    spec: (*t.spec).clone(),
-                    usage: t.usage,
-                    caps: t.caps,
-                })
-                .collect(),
+            tenants: snapshot.tenants.iter().map(TenantReport::from).collect(),
         };
         let (incoming, hosts_seen) = {
             let mut m = self.mailbox.lock().unwrap_or_else(|e| e.into_inner());

@@ -21,6 +21,16 @@ pub struct TenantReport {
     pub caps: Caps,
 }
 
+impl From<&iofloor_core::TenantSample> for TenantReport {
+    fn from(t: &iofloor_core::TenantSample) -> TenantReport {
+        TenantReport {
+            spec: (*t.spec).clone(),
+            usage: t.usage,
+            caps: t.caps,
+        }
+    }
+}
+
 /// What an agent publishes each interval for one shared device, under a key
 /// bound to its lease: when the host dies, the report goes with it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
