@@ -273,30 +273,13 @@ impl Policy for AgentPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iofloor_core::{CostParams, DirUsage, Rate, TenantClass, TenantSpec};
+    use iofloor_core::{Rate, TenantClass, TenantSpec};
 
     fn cost() -> CostModel {
-        CostModel::new(CostParams {
-            rbps: 1e12,
-            rseqiops: 4000.0,
-            rrandiops: 4000.0,
-            wbps: 1e12,
-            wseqiops: 4000.0,
-            wrandiops: 4000.0,
-        })
-        .unwrap()
+        iofloor_core::synthetic::iops_only_model(4000.0)
     }
 
-    fn reads(iops: f64) -> Usage {
-        Usage {
-            read: DirUsage {
-                ios: iops,
-                bytes: iops * 4096.0,
-                seq_ios: 0.0,
-            },
-            ..Default::default()
-        }
-    }
+    use iofloor_core::synthetic::random_reads_4k as reads;
 
     fn sample(name: &str, floor: Option<f64>, iops: f64) -> TenantSample {
         let mut spec = TenantSpec::new(name, TenantClass::Container);

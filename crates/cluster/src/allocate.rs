@@ -180,34 +180,17 @@ impl Allocator {
 mod tests {
     use super::*;
     use crate::wire::TenantReport;
-    use iofloor_core::{Caps, CostModel, CostParams, DirUsage, Rate, TenantClass, Usage};
+    use iofloor_core::{Caps, Rate, TenantClass};
 
     pub(crate) fn ctx() -> PolicyContext {
         // 4,000 IOPS of 4 KiB random reads fill the device.
         PolicyContext {
-            cost: CostModel::new(CostParams {
-                rbps: 1e12,
-                rseqiops: 4000.0,
-                rrandiops: 4000.0,
-                wbps: 1e12,
-                wseqiops: 4000.0,
-                wrandiops: 4000.0,
-            })
-            .unwrap(),
+            cost: iofloor_core::synthetic::iops_only_model(4000.0),
             capacity: 1.0,
         }
     }
 
-    fn reads(iops: f64) -> Usage {
-        Usage {
-            read: DirUsage {
-                ios: iops,
-                bytes: iops * 4096.0,
-                seq_ios: 0.0,
-            },
-            ..Default::default()
-        }
-    }
+    use iofloor_core::synthetic::random_reads_4k as reads;
 
     fn tenant(name: &str, floor: Option<f64>, iops: f64, caps: Caps) -> TenantReport {
         let mut spec = TenantSpec::new(name, TenantClass::Container);

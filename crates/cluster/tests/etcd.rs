@@ -12,8 +12,7 @@ use iofloor_cluster::{
     HostReport, Keys, Mailbox, Role, TenantReport, SCHEMA,
 };
 use iofloor_core::{
-    Caps, CostModel, CostParams, DeviceSample, DirUsage, PolicyContext, PolicyKind, PolicyParams,
-    Rate, TenantClass, TenantSpec, Usage,
+    Caps, DeviceSample, PolicyContext, PolicyKind, PolicyParams, Rate, TenantClass, TenantSpec,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,15 +39,7 @@ fn settings(host: &str) -> AgentSettings {
         params: PolicyParams::default(),
         ctx: PolicyContext {
             // 4,000 IOPS of 4 KiB random reads fill the device.
-            cost: CostModel::new(CostParams {
-                rbps: 1e12,
-                rseqiops: 4000.0,
-                rrandiops: 4000.0,
-                wbps: 1e12,
-                wseqiops: 4000.0,
-                wrandiops: 4000.0,
-            })
-            .unwrap(),
+            cost: iofloor_core::synthetic::iops_only_model(4000.0),
             capacity: 1.0,
         },
     }
@@ -74,14 +65,7 @@ fn report(host: &str, seq: u64) -> HostReport {
         }),
         tenants: vec![TenantReport {
             spec,
-            usage: Some(Usage {
-                read: DirUsage {
-                    ios: iops,
-                    bytes: iops * 4096.0,
-                    seq_ios: 0.0,
-                },
-                ..Default::default()
-            }),
+            usage: Some(iofloor_core::synthetic::random_reads_4k(iops)),
             caps: Caps::NONE,
         }],
     }

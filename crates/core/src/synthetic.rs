@@ -50,3 +50,30 @@ pub fn contended_tenants(n: usize) -> Vec<TenantSample> {
         })
         .collect()
 }
+
+/// A device that `iops` random or sequential I/Os per second fill in either
+/// direction, whatever their size (bandwidth never binds): the simplest model
+/// for tests whose figures are worked out by hand.
+pub fn iops_only_model(iops: f64) -> crate::cost::CostModel {
+    crate::cost::CostModel::new(crate::cost::CostParams {
+        rbps: 1e12,
+        rseqiops: iops,
+        rrandiops: iops,
+        wbps: 1e12,
+        wseqiops: iops,
+        wrandiops: iops,
+    })
+    .expect("positive rates make a valid model")
+}
+
+/// `iops` random 4 KiB reads per second.
+pub fn random_reads_4k(iops: f64) -> Usage {
+    Usage {
+        read: DirUsage {
+            ios: iops,
+            bytes: iops * 4096.0,
+            seq_ios: 0.0,
+        },
+        ..Default::default()
+    }
+}
