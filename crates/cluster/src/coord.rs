@@ -5,6 +5,8 @@
 //! update conditioned on its `resourceVersion` (docs/cluster.md).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -100,10 +102,27 @@ pub struct EtcdOptions {
     pub request_timeout: Duration,
 }
 
-/// etcd v3 over gRPC.
+/// One etcd member and its client, made on first use (with auth, making a
+/// client asks the member for a token, which a dead member cannot give).
+struct Member {
+    url: String,
+    client: tokio::sync::Mutex<Option<etcd_client::Client>>,
+}
+
+/// etcd v3 over gRPC, one member at a time.
+///
+/// Why not one client balanced over all endpoints, as `etcd_client` offers:
+/// its balancer keeps a dead member in rotation (a refused connection is
+/// reported on the request, not as the member being unready), so with one
+/// of three members killed about every third request failed and an agent
+/// on the test bed fell back to its local rule for good. Here requests stay
+/// on one member and move to the next when it fails to answer.
 #[derive(Clone)]
 pub struct Etcd {
-    client: etcd_client::Client,
+    members: Arc<Vec<Member>>,
+    /// The member requests go to.
+    current: Arc<AtomicUsize>,
+    connect: etcd_client::ConnectOptions,
     timeout: Duration,
 }
 
@@ -115,6 +134,10 @@ fn unavailable(e: impl std::fmt::Display) -> CoordError {
     }
     CoordError::Unavailable(message)
 }
+
+/// etcd's answer to `leader` when nobody campaigns: an answer, not a
+/// member failing.
+const NO_LEADER: &str = "election: no leader";
 
 impl Etcd {
     /// Connects to the endpoints; fails when none answers within the
@@ -153,51 +176,128 @@ impl Etcd {
             }
             connect = connect.with_tls(tls);
         }
-        let client = tokio::time::timeout(
-            options.request_timeout,
-            etcd_client::Client::connect(&options.endpoints, Some(connect)),
-        )
-        .await
-        .map_err(|_| unavailable(format!("no answer from {:?}", options.endpoints)))?
-        .map_err(unavailable)?;
+        if options.endpoints.is_empty() {
+            return Err(unavailable("no etcd endpoints"));
+        }
         let mut etcd = Etcd {
-            client,
+            members: Arc::new(
+                options
+                    .endpoints
+                    .iter()
+                    .map(|url| Member {
+                        url: url.clone(),
+                        client: tokio::sync::Mutex::new(None),
+                    })
+                    .collect(),
+            ),
+            current: Arc::new(AtomicUsize::new(0)),
+            connect,
             timeout: options.request_timeout,
         };
-        // A connection is lazy: make one request so a wrong endpoint fails here.
-        etcd.get("/iofloor-connect-check").await?;
+        // A connection is lazy: make one request so wrong endpoints fail here.
+        etcd.get("/iofloor-connect-check")
+            .await
+            .map_err(|e| unavailable(format!("no answer from {:?}: {e}", options.endpoints)))?;
         Ok(etcd)
     }
 
     /// The lease a key is bound to, for tools and tests (`None`: no key).
     pub async fn lease_of(&mut self, key: &str) -> Result<Option<Lease>, CoordError> {
-        let mut c = self.client.clone();
-        let r = self.timed(c.get(key, None)).await?;
+        let key = key.to_string();
+        let r = self
+            .call(move |mut c| {
+                let key = key.clone();
+                async move { c.get(key, None).await }
+            })
+            .await?;
         Ok(r.kvs().first().map(|kv| kv.lease()))
     }
 
-    async fn timed<T>(
-        &self,
-        f: impl Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, CoordError> {
-        tokio::time::timeout(self.timeout, f)
-            .await
-            .map_err(|_| unavailable(format!("etcd did not answer within {:?}", self.timeout)))?
-            .map_err(unavailable)
+    /// The client of member `i`, made if it is not yet.
+    async fn client(&self, i: usize) -> Result<etcd_client::Client, CoordError> {
+        let member = &self.members[i];
+        let mut slot = member.client.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let c = tokio::time::timeout(
+            self.timeout,
+            etcd_client::Client::connect([member.url.as_str()], Some(self.connect.clone())),
+        )
+        .await
+        .map_err(|_| {
+            unavailable(format!(
+                "{} did not answer within {:?}",
+                member.url, self.timeout
+            ))
+        })?
+        .map_err(unavailable)?;
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Runs `op` on the current member within the request timeout; when
+    /// the member fails to answer, moves to the next and tries again in the
+    /// time left. A refused connection fails at once, so a dead member costs
+    /// little; a silent one (a partition) takes the whole timeout, so a cut
+    /// off host still notices within it.
+    async fn call<T, F, Fut>(&self, op: F) -> Result<T, CoordError>
+    where
+        F: Fn(etcd_client::Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let n = self.members.len();
+        let mut last = None;
+        for _ in 0..n {
+            let i = self.current.load(Ordering::Relaxed) % n;
+            let attempt = async {
+                let c = self.client(i).await?;
+                op(c).await.map_err(unavailable)
+            };
+            let outcome = match tokio::time::timeout_at(deadline, attempt).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(unavailable(format!(
+                    "etcd did not answer within {:?}",
+                    self.timeout
+                ))),
+            };
+            match outcome {
+                Err(CoordError::Unavailable(m)) if !m.contains(NO_LEADER) => {
+                    // Another task may have moved on already.
+                    let _ = self.current.compare_exchange(
+                        i,
+                        (i + 1) % n,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                    last = Some(CoordError::Unavailable(format!(
+                        "{}: {m}",
+                        self.members[i].url
+                    )));
+                    if tokio::time::Instant::now() >= deadline {
+                        break;
+                    }
+                }
+                other => return other,
+            }
+        }
+        Err(last.unwrap_or_else(|| unavailable("etcd did not answer")))
     }
 }
 
 impl Coordinator for Etcd {
     async fn grant_lease(&mut self, ttl: Duration) -> Result<Lease, CoordError> {
-        let mut c = self.client.clone();
         let ttl = ttl.as_secs().max(1) as i64;
-        Ok(self.timed(c.lease_grant(ttl, None)).await?.id())
+        let r = self
+            .call(|mut c| async move { c.lease_grant(ttl, None).await })
+            .await?;
+        Ok(r.id())
     }
 
     async fn keep_alive(&mut self, lease: Lease) -> Result<(), CoordError> {
-        let mut c = self.client.clone();
         let answer = self
-            .timed(async move {
+            .call(|mut c| async move {
                 let (mut keeper, mut stream) = c.lease_keep_alive(lease).await?;
                 keeper.keep_alive().await?;
                 stream.message().await
@@ -210,8 +310,9 @@ impl Coordinator for Etcd {
     }
 
     async fn revoke(&mut self, lease: Lease) -> Result<(), CoordError> {
-        let mut c = self.client.clone();
-        self.timed(c.lease_revoke(lease)).await.map(|_| ())
+        self.call(|mut c| async move { c.lease_revoke(lease).await })
+            .await
+            .map(|_| ())
     }
 
     async fn create(
@@ -229,8 +330,12 @@ impl Coordinator for Etcd {
                 Some(PutOptions::new().with_lease(lease)),
             )])
             .or_else([TxnOp::get(key, None)]);
-        let mut c = self.client.clone();
-        let r = self.timed(c.txn(txn)).await?;
+        let r = self
+            .call(|mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await?;
         if r.succeeded() {
             return Ok(None);
         }
@@ -248,21 +353,34 @@ impl Coordinator for Etcd {
         value: Vec<u8>,
         lease: Option<Lease>,
     ) -> Result<(), CoordError> {
-        let options = lease.map(|l| etcd_client::PutOptions::new().with_lease(l));
-        let mut c = self.client.clone();
-        self.timed(c.put(key, value, options)).await.map(|_| ())
+        self.call(|mut c| {
+            let options = lease.map(|l| etcd_client::PutOptions::new().with_lease(l));
+            let (key, value) = (key.to_string(), value.clone());
+            async move { c.put(key, value, options).await }
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn get(&mut self, key: &str) -> Result<Option<Vec<u8>>, CoordError> {
-        let mut c = self.client.clone();
-        let r = self.timed(c.get(key, None)).await?;
+        let r = self
+            .call(|mut c| {
+                let key = key.to_string();
+                async move { c.get(key, None).await }
+            })
+            .await?;
         Ok(r.kvs().first().map(|kv| kv.value().to_vec()))
     }
 
     async fn get_prefix(&mut self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, CoordError> {
-        let mut c = self.client.clone();
         let r = self
-            .timed(c.get(prefix, Some(etcd_client::GetOptions::new().with_prefix())))
+            .call(|mut c| {
+                let prefix = prefix.to_string();
+                async move {
+                    c.get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+                        .await
+                }
+            })
             .await?;
         Ok(r.kvs()
             .iter()
@@ -281,12 +399,23 @@ impl Coordinator for Etcd {
         value: Vec<u8>,
         lease: Lease,
     ) -> Result<Leadership, CoordError> {
-        // No deadline: a campaign waits for as long as another leads.
-        let mut c = self.client.clone();
-        let r = c
-            .campaign(election, value, lease)
-            .await
-            .map_err(unavailable)?;
+        // No deadline: a campaign waits for as long as another leads. A
+        // member that fails moves requests to the next; the caller retries.
+        let i = self.current.load(Ordering::Relaxed) % self.members.len();
+        let mut c = self.client(i).await?;
+        let r = match c.campaign(election, value, lease).await {
+            Ok(r) => r,
+            Err(e) => {
+                let n = self.members.len();
+                let _ = self.current.compare_exchange(
+                    i,
+                    (i + 1) % n,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+                return Err(unavailable(e));
+            }
+        };
         let leader = r
             .leader()
             .ok_or_else(|| unavailable("campaign answered without a leader key"))?;
@@ -297,11 +426,16 @@ impl Coordinator for Etcd {
     }
 
     async fn leader(&mut self, election: &str) -> Result<Option<Vec<u8>>, CoordError> {
-        let mut c = self.client.clone();
-        match self.timed(c.leader(election)).await {
+        let answer = self
+            .call(|mut c| {
+                let election = election.to_string();
+                async move { c.leader(election).await }
+            })
+            .await;
+        match answer {
             Ok(r) => Ok(r.kv().map(|kv| kv.value().to_vec())),
             // etcd answers "no leader" as an error.
-            Err(CoordError::Unavailable(e)) if e.contains("no leader") => Ok(None),
+            Err(CoordError::Unavailable(e)) if e.contains(NO_LEADER) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -327,8 +461,13 @@ impl Coordinator for Etcd {
                         .map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None))
                         .collect::<Vec<_>>(),
                 );
-            let mut c = self.client.clone();
-            if !self.timed(c.txn(txn)).await?.succeeded() {
+            let answer = self
+                .call(|mut c| {
+                    let txn = txn.clone();
+                    async move { c.txn(txn).await }
+                })
+                .await?;
+            if !answer.succeeded() {
                 return Ok(false);
             }
         }

@@ -230,6 +230,31 @@ async fn one_allocator_holds_a_noisy_host_and_is_replaced_when_killed() {
     }
 }
 
+/// With one of three members dead every request is still answered: the
+/// client moves to a live member instead of sending a share of requests to
+/// the dead one (etcd_client's balanced channel did, and an agent on the
+/// test bed fell back to its local rule for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_member_killed_every_request_is_answered() {
+    if !etcd_available() {
+        return;
+    }
+    let mut cluster = EtcdCluster::start(3);
+    let mut etcd = Etcd::connect(&options(&cluster)).await.unwrap();
+    let lease = etcd.grant_lease(TTL).await.unwrap();
+    cluster.kill(0);
+    for i in 0..30 {
+        let value = i.to_string().into_bytes();
+        etcd.put("/iofloor-test/k", value.clone(), Some(lease))
+            .await
+            .unwrap_or_else(|e| panic!("put {i} with a member down: {e}"));
+        assert_eq!(etcd.get("/iofloor-test/k").await.unwrap(), Some(value));
+        etcd.keep_alive(lease)
+            .await
+            .unwrap_or_else(|e| panic!("keep-alive {i} with a member down: {e}"));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_name_held_by_a_running_agent_is_refused() {
     if !etcd_available() {
