@@ -16,6 +16,9 @@ command -v cpio >/dev/null || missing+=(cpio)
 # The daemon's tests: promtool checks /metrics, Chromium drives the dashboard.
 command -v promtool >/dev/null || missing+=(prometheus)
 command -v chromium >/dev/null || missing+=(chromium)
+# The cluster test bed: network namespaces (ip) entered with nsenter.
+command -v ip >/dev/null || missing+=(iproute2)
+command -v nsenter >/dev/null || missing+=(util-linux)
 command -v etcd >/dev/null || missing+=(etcd-server)
 command -v etcdctl >/dev/null || missing+=(etcd-client)
 command -v protoc >/dev/null || missing+=(protobuf-compiler)

@@ -9,6 +9,7 @@
 pub mod backend;
 pub mod calibrate;
 pub mod cgroup;
+pub mod cluster_bed;
 pub mod diskstats;
 pub mod error;
 pub mod fio;

@@ -89,7 +89,7 @@ pub struct Rig {
     pub device: Option<PathBuf>,
 }
 
-fn which(program: &'static str) -> Result<()> {
+pub(crate) fn which(program: &'static str) -> Result<()> {
     let found = std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
         .unwrap_or(false);
@@ -100,13 +100,16 @@ fn which(program: &'static str) -> Result<()> {
             program,
             package: match program {
                 "qemu-storage-daemon" => "qemu-system-common",
-                _ => "mount",
+                "ip" => "iproute2",
+                "etcd" => "etcd-server",
+                "etcdctl" => "etcd-client",
+                _ => "util-linux",
             },
         })
     }
 }
 
-fn run(cmd: &mut Command) -> Result<String> {
+pub(crate) fn run(cmd: &mut Command) -> Result<String> {
     let what = format!("{cmd:?}");
     let out = cmd.output().map_err(|e| HostError::Command {
         what: what.clone(),
@@ -126,7 +129,7 @@ fn run(cmd: &mut Command) -> Result<String> {
 /// resolved and the entries unescaped before comparing: otherwise a relative
 /// path never matches (the demo's default `results/demo` did not), and a path
 /// with a space would not either.
-fn is_mounted(path: &Path) -> bool {
+pub(crate) fn is_mounted(path: &Path) -> bool {
     let Some(target) = resolved(path) else {
         return false;
     };
@@ -175,7 +178,7 @@ fn unescape_mount_path(field: &str) -> String {
 }
 
 /// A path as a QEMU option value: a comma would end the value, so it is doubled.
-fn qemu_value(path: &Path) -> String {
+pub(crate) fn qemu_value(path: &Path) -> String {
     path.display().to_string().replace(',', ",,")
 }
 
@@ -183,15 +186,106 @@ fn process_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// True if `pid` is a qemu-storage-daemon serving files in `dir`: only such a
-/// process is ever killed, never a reused PID.
-fn is_our_daemon(pid: u32, dir: &Path) -> bool {
+/// True if `pid` runs `program` with a path in `dir` on its command line:
+/// only such a process is ever killed, never a reused PID.
+pub(crate) fn is_ours(pid: u32, program: &str, dir: &Path) -> bool {
     std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|c| {
             let text = String::from_utf8_lossy(&c);
-            text.contains("qemu-storage-daemon") && text.contains(dir.to_string_lossy().as_ref())
+            text.contains(program) && text.contains(dir.to_string_lossy().as_ref())
         })
         .unwrap_or(false)
+}
+
+/// Stops a process this code started (`program` with files in `dir`):
+/// SIGTERM, then SIGKILL after 5 s. A PID now used by someone else is left
+/// alone.
+pub(crate) fn stop_process(pid: Option<u32>, program: &str, dir: &Path) {
+    let Some(pid) = pid.filter(|p| is_ours(*p, program, dir)) else {
+        return;
+    };
+    let Some(target) = rustix::process::Pid::from_raw(pid as i32) else {
+        return;
+    };
+    let _ = rustix::process::kill_process(target, rustix::process::Signal::TERM);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while process_alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if process_alive(pid) {
+        let _ = rustix::process::kill_process(target, rustix::process::Signal::KILL);
+    }
+}
+
+/// Detaches the loop devices over `file`: `recorded` if the kernel still
+/// shows it backed by that file (true even when a FUSE mount under it is
+/// dead, e.g. after qemu-storage-daemon was killed), and any other one
+/// `losetup -j` finds.
+pub(crate) fn detach_loops_over(file: &Path, recorded: Option<&Path>) -> Result<()> {
+    let mut first_error = None;
+    if let Some(dev) = recorded {
+        let name = dev
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"))
+            .unwrap_or_default();
+        if backing
+            .trim_start()
+            .starts_with(file.to_string_lossy().as_ref())
+        {
+            if let Err(e) = run(Command::new("losetup").arg("-d").arg(dev)) {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if file.exists() {
+        if let Ok(list) = run(Command::new("losetup").arg("-j").arg(file)) {
+            for line in list.lines() {
+                if let Some(dev) = line.split(':').next().filter(|d| d.starts_with("/dev/")) {
+                    if let Err(e) = run(Command::new("losetup").arg("-d").arg(dev)) {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Waits up to 10 s for a FUSE export to appear at `mountpoint`.
+pub(crate) fn wait_mounted(mountpoint: &Path) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !is_mounted(mountpoint) {
+        if Instant::now() > deadline {
+            return Err(HostError::Timeout {
+                what: format!("the FUSE export {}", mountpoint.display()),
+                secs: 10,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Reads the PID qemu-storage-daemon wrote with `--pidfile`.
+pub(crate) fn read_pidfile(pidfile: &Path) -> Result<u32> {
+    let text = std::fs::read_to_string(pidfile).map_err(|e| HostError::io(pidfile, e))?;
+    text.trim()
+        .parse()
+        .map_err(|_| HostError::malformed(pidfile, Some(1), "not a pid"))
+}
+
+/// Sets the limits of throttle group `group` of the qemu-storage-daemon
+/// behind `socket` (QMP `qom-set`): the capacity changes while in use.
+pub(crate) fn set_group_limits(socket: &Path, group: &str, spec: &RigSpec) -> Result<()> {
+    spec.validate()?;
+    let mut qmp = Qmp::connect(socket, Duration::from_secs(5))?;
+    qmp.execute(
+        "qom-set",
+        Some(serde_json::json!({"path": group, "property": "limits", "value": spec.limits()})),
+    )?;
+    Ok(())
 }
 
 impl Rig {
@@ -324,24 +418,9 @@ impl Rig {
             .arg("--pidfile")
             .arg(&pidfile)
             .arg("--daemonize"))?;
-        let pid_text = std::fs::read_to_string(&pidfile).map_err(|e| HostError::io(&pidfile, e))?;
-        self.qsd_pid = Some(
-            pid_text
-                .trim()
-                .parse()
-                .map_err(|_| HostError::malformed(&pidfile, Some(1), "not a pid"))?,
-        );
+        self.qsd_pid = Some(read_pidfile(&pidfile)?);
         self.save()?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !is_mounted(&self.mountpoint) {
-            if Instant::now() > deadline {
-                return Err(HostError::Timeout {
-                    what: format!("the FUSE export {}", self.mountpoint.display()),
-                    secs: 10,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_mounted(&self.mountpoint)?;
         let device = run(Command::new("losetup")
             .args(["-f", "--show", "--direct-io=on"])
             .arg(&self.mountpoint))?;
@@ -360,13 +439,7 @@ impl Rig {
 
     /// Changes the rig's capacity live (QMP `qom-set` of the group's limits).
     pub fn set_limits(&self, spec: &RigSpec) -> Result<()> {
-        spec.validate()?;
-        let mut qmp = Qmp::connect(&self.socket, Duration::from_secs(5))?;
-        qmp.execute(
-            "qom-set",
-            Some(serde_json::json!({"path": "dev", "property": "limits", "value": spec.limits()})),
-        )?;
-        Ok(())
+        set_group_limits(&self.socket, "dev", spec)
     }
 
     /// Removes everything this rig made, in reverse order; tolerates parts
@@ -378,49 +451,8 @@ impl Rig {
                 first_error.get_or_insert(e);
             }
         };
-        // Detach our loop device: the one recorded, if the kernel still shows
-        // it backed by our file (that holds even when the FUSE mount is dead,
-        // e.g. after qemu-storage-daemon was killed)...
-        if let Some(dev) = &self.device {
-            let name = dev
-                .file_name()
-                .map(|n| n.to_string_lossy().to_string())
-                .unwrap_or_default();
-            let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"))
-                .unwrap_or_default();
-            if backing
-                .trim_start()
-                .starts_with(self.mountpoint.to_string_lossy().as_ref())
-            {
-                keep(run(Command::new("losetup").arg("-d").arg(dev)).map(|_| ()));
-            }
-        }
-        // ...and any other loop device over our exported file.
-        if self.mountpoint.exists() {
-            if let Ok(list) = run(Command::new("losetup").arg("-j").arg(&self.mountpoint)) {
-                for line in list.lines() {
-                    if let Some(dev) = line.split(':').next().filter(|d| d.starts_with("/dev/")) {
-                        keep(run(Command::new("losetup").arg("-d").arg(dev)).map(|_| ()));
-                    }
-                }
-            }
-        }
-        if let Some(pid) = self.qsd_pid.filter(|p| is_our_daemon(*p, &self.dir)) {
-            let _ = rustix::process::kill_process(
-                rustix::process::Pid::from_raw(pid as i32).expect("pid > 0"),
-                rustix::process::Signal::TERM,
-            );
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while process_alive(pid) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if process_alive(pid) {
-                let _ = rustix::process::kill_process(
-                    rustix::process::Pid::from_raw(pid as i32).expect("pid > 0"),
-                    rustix::process::Signal::KILL,
-                );
-            }
-        }
+        keep(detach_loops_over(&self.mountpoint, self.device.as_deref()));
+        stop_process(self.qsd_pid, "qemu-storage-daemon", &self.dir);
         if is_mounted(&self.mountpoint) {
             keep(run(Command::new("umount").arg("-l").arg(&self.mountpoint)).map(|_| ()));
         }

@@ -52,6 +52,12 @@ enum Command {
         #[command(subcommand)]
         action: cmd::rig::RigAction,
     },
+    /// A test bed of several hosts sharing one device over the network, with
+    /// a 3-member etcd, on this machine (network namespaces).
+    Cluster {
+        #[command(subcommand)]
+        action: cmd::cluster::ClusterAction,
+    },
 }
 
 fn main() -> ExitCode {
@@ -87,5 +93,6 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Run(args) => cmd::service::run(args),
         Command::Top(args) => top::run(&args.url, &args.sort, args.once),
         Command::Rig { action } => cmd::rig::rig(action),
+        Command::Cluster { action } => cmd::cluster::cluster(action),
     }
 }

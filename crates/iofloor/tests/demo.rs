@@ -209,3 +209,104 @@ fn a_rig_that_fails_to_come_up_leaves_nothing_behind() {
         stderr(&list)
     );
 }
+
+#[test]
+fn cluster_up_refuses_bad_input_and_creates_nothing() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = cwd.path().join("beds");
+    let state = state.to_str().unwrap();
+    for (args, needle) in [
+        (
+            vec!["cluster", "up", "--state-dir", "beds"],
+            "must be an absolute path",
+        ),
+        (
+            vec!["cluster", "down", "--state-dir", "beds"],
+            "must be an absolute path",
+        ),
+        (
+            vec!["cluster", "up", "--hosts", "0", "--state-dir", state],
+            "--hosts",
+        ),
+        (
+            vec!["cluster", "up", "--hosts", "65", "--state-dir", state],
+            "--hosts",
+        ),
+        (
+            vec!["cluster", "up", "--iops", "0", "--state-dir", state],
+            "--iops",
+        ),
+        (
+            vec!["cluster", "up", "--size", "1k", "--state-dir", state],
+            "--size",
+        ),
+    ] {
+        let out = iofloor_in(cwd.path(), &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+    }
+    assert_eq!(
+        std::fs::read_dir(cwd.path()).unwrap().count(),
+        0,
+        "nothing created"
+    );
+}
+
+/// Network namespaces whose names start with `prefix`.
+fn namespaces_named(prefix: &str) -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_test_bed_that_fails_half_way_leaves_nothing_behind() {
+    if !real_environment() {
+        return;
+    }
+    // A real failure half-way: the namespaces, the machine's link and the
+    // shared file are made, then qemu-storage-daemon refuses a monitor
+    // socket path over 107 bytes.
+    let base = tempfile::tempdir().unwrap();
+    let state = base.path().join("x".repeat(100));
+    let child = Command::new(bin())
+        .args([
+            "cluster",
+            "up",
+            "--hosts",
+            "2",
+            "--size",
+            "16MiB",
+            "--state-dir",
+        ])
+        .arg(&state)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The namespaces and the machine's link are named after this process.
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("too long"), "{}", stderr(&out));
+    let beds: Vec<_> = std::fs::read_dir(&state)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(beds.is_empty(), "test bed directories left: {beds:?}");
+    assert_eq!(leftovers(base.path()), Vec::<String>::new());
+    assert_eq!(
+        namespaces_named(&format!("iofloor-{pid}-")),
+        Vec::<String>::new()
+    );
+    assert!(
+        !Path::new(&format!("/sys/class/net/iofl{pid}-0")).exists(),
+        "the machine's link to the bed was left"
+    );
+}

@@ -1,6 +1,7 @@
 //! One module per group of subcommands.
 
 pub mod bench;
+pub mod cluster;
 pub mod demo;
 pub mod rig;
 pub mod service;

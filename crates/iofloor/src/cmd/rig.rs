@@ -55,18 +55,18 @@ pub enum RigAction {
 
 /// The state directory is how a later `rig down` finds what `rig up` made;
 /// relative to the working directory it would be found only from there.
-fn state_root(dir: &Path) -> anyhow::Result<&Path> {
+pub(crate) fn state_root(dir: &Path) -> anyhow::Result<&Path> {
     if dir.is_absolute() {
         Ok(dir)
     } else {
         Err(bad(format!(
-            "--state-dir {}: must be an absolute path (rig down has to find it from any directory)",
+            "--state-dir {}: must be an absolute path (`down` has to find it from any directory)",
             dir.display()
         )))
     }
 }
 
-fn parse_bps(bps: Option<&str>) -> anyhow::Result<Option<u64>> {
+pub(crate) fn parse_bps(bps: Option<&str>) -> anyhow::Result<Option<u64>> {
     let Some(text) = bps else { return Ok(None) };
     match iofloor_core::Rate::parse(text).map_err(|e| bad(format!("--bps: {e}")))? {
         iofloor_core::Rate::BytesPerSec(b) => Ok(Some(b.round() as u64)),
