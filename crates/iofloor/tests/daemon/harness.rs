@@ -190,6 +190,10 @@ pub struct Daemon {
     child: Option<Child>,
     pub dir: tempfile::TempDir,
     pub port: u16,
+    /// The address its API listens on (`{ip}` in the config).
+    pub ip: String,
+    /// The network namespace it runs in (a host of the cluster test bed).
+    netns: Option<String>,
     pub config: PathBuf,
     pub log: PathBuf,
     agent: ureq::Agent,
@@ -207,13 +211,21 @@ impl Daemon {
     /// Writes `config` (with `{port}` and `{dir}` filled in) and starts the
     /// daemon; returns once its API answers.
     pub fn start(config: &str) -> Daemon {
+        Daemon::start_on(None, "127.0.0.1", config)
+    }
+
+    /// As `start`, in network namespace `netns` (by `nsenter --net`, so
+    /// mounts and cgroups are the machine's), its API on `ip` (`{ip}`).
+    pub fn start_on(netns: Option<&str>, ip: &str, config: &str) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let path = dir.path().join("iofloor.toml");
-        std::fs::write(&path, fill(config, port, dir.path())).unwrap();
+        std::fs::write(&path, fill(config, port, dir.path()).replace("{ip}", ip)).unwrap();
         let mut d = Daemon {
             child: None,
             port,
+            ip: ip.to_string(),
+            netns: netns.map(str::to_string),
             config: path,
             log: dir.path().join("daemon.log"),
             dir,
@@ -230,7 +242,17 @@ impl Daemon {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_iofloor"))
+        let mut cmd = match &self.netns {
+            // nsenter execs the daemon: the child's PID is the daemon's.
+            Some(netns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net=/run/netns/{netns}"))
+                    .arg(env!("CARGO_BIN_EXE_iofloor"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_iofloor")),
+        };
+        let child = cmd
             .args(["run", "--config"])
             .arg(&self.config)
             .stdout(Stdio::null())
@@ -261,7 +283,11 @@ impl Daemon {
     }
 
     pub fn rewrite_config(&self, config: &str) {
-        std::fs::write(&self.config, fill(config, self.port, self.dir.path())).unwrap();
+        std::fs::write(
+            &self.config,
+            fill(config, self.port, self.dir.path()).replace("{ip}", &self.ip),
+        )
+        .unwrap();
     }
 
     pub fn pid(&self) -> u32 {
@@ -269,7 +295,7 @@ impl Daemon {
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        format!("http://{}:{}{path}", self.ip, self.port)
     }
 
     pub fn log_text(&self) -> String {
