@@ -57,6 +57,7 @@ fn allocate(c: &mut Criterion) {
             PolicyKind::Floor,
             &PolicyParams::default(),
             ctx(),
+            None,
             1,
         );
         let round = allocator.allocate(Duration::from_secs(1), &reports);

@@ -88,18 +88,25 @@ pub fn merge_device(samples: impl IntoIterator<Item = DeviceSample>) -> Option<D
 
 impl Allocator {
     /// An allocator for `epoch` (its election key's create revision). A new
-    /// allocator may start from the capacity the previous one had learned
-    /// (`ctx.capacity`), read from the last allocation, rather than the model's.
+    /// allocator resumes from the capacity the previous one had learned
+    /// (`resumed`, read from the last allocation) as its level last known
+    /// good, rather than the model's; `ctx` keeps the model's capacity, so
+    /// the learned capacity's bounds stay where they were.
     pub fn new(
         device: impl Into<String>,
         kind: PolicyKind,
         params: &PolicyParams,
         ctx: PolicyContext,
+        resumed: Option<f64>,
         epoch: i64,
     ) -> Allocator {
+        let mut policy = build_policy(kind, params, ctx);
+        if let Some(capacity) = resumed.filter(|c| c.is_finite() && *c > 0.0) {
+            policy.resume_capacity(capacity);
+        }
         Allocator {
             device: device.into(),
-            policy: build_policy(kind, params, ctx),
+            policy,
             epoch,
             seq: 0,
         }
@@ -281,6 +288,7 @@ mod tests {
             PolicyKind::Floor,
             &PolicyParams::default(),
             ctx(),
+            None,
             5,
         );
         let mut last = None;
@@ -329,6 +337,34 @@ mod tests {
         assert!(round.conflicts.is_empty());
     }
 
+    /// A new allocator carries on from the capacity the last allocation
+    /// carried, not from the model's.
+    #[test]
+    fn a_resumed_allocator_starts_from_the_carried_capacity() {
+        let reports = vec![report(
+            "h1",
+            vec![tenant("db", Some(1000.0), 300.0, Caps::NONE)],
+            0.2,
+        )];
+        let round_of = |resumed| {
+            let mut a = Allocator::new(
+                "shared",
+                PolicyKind::Floor,
+                &PolicyParams::default(),
+                ctx(),
+                resumed,
+                2,
+            );
+            a.allocate(Duration::from_secs(1), &reports).capacity
+        };
+        assert!((round_of(Some(0.7)) - 0.7).abs() < 1e-9);
+        assert!((round_of(None) - 1.0).abs() < 1e-9);
+        assert!(
+            (round_of(Some(f64::NAN)) - 1.0).abs() < 1e-9,
+            "garbage ignored"
+        );
+    }
+
     #[test]
     fn one_name_with_two_promises_is_reported_and_kept_apart() {
         let mut a = Allocator::new(
@@ -336,6 +372,7 @@ mod tests {
             PolicyKind::Floor,
             &PolicyParams::default(),
             ctx(),
+            None,
             1,
         );
         let reports = vec![

@@ -398,18 +398,13 @@ impl<C: Coordinator> Agent<C> {
             return;
         };
         self.campaign = None;
-        let mut ctx = self.settings.ctx;
-        if let Some(a) = &self.last_allocation {
-            if a.capacity.is_finite() && a.capacity > 0.0 {
-                ctx.capacity = a.capacity;
-            }
-        }
         info!(host = %self.settings.host, epoch = leadership.epoch, "this host is the allocator");
         let allocator = Allocator::new(
             self.settings.device.clone(),
             self.settings.policy,
             &self.settings.params,
-            ctx,
+            self.settings.ctx,
+            self.last_allocation.as_ref().map(|a| a.capacity),
             leadership.epoch,
         );
         let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());

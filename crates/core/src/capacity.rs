@@ -189,6 +189,22 @@ impl CapacityLoop {
         self.estimate
     }
 
+    /// Continues from `estimate`, learned elsewhere (a new cluster allocator
+    /// resumes the last allocation's), taken as the level of an overload
+    /// just seen: the loop holds, and probes past it only after
+    /// `HOLD_BEYOND_INTERVALS` with room. Started as if fresh, it grew at
+    /// once towards the model; on the test bed the quiet tenant then missed
+    /// its floor in 3 windows 4–8 s after a takeover.
+    pub fn resume(&mut self, estimate: f64) {
+        if !estimate.is_finite() || estimate <= 0.0 {
+            return;
+        }
+        let (low, high) = self.bounds();
+        self.estimate = estimate.clamp(low, high);
+        self.last_overload = Some((self.estimate, 0));
+        self.step = STEP_MIN;
+    }
+
     pub fn verdict(&self) -> Verdict {
         self.verdict
     }
@@ -393,6 +409,35 @@ mod tests {
             contended: false,
             floors_need: 0.3,
         }
+    }
+
+    #[test]
+    fn a_resumed_estimate_is_held_before_it_is_probed_past() {
+        let mut c = CapacityLoop::new(
+            CapacitySettings {
+                latency_target_us: Some(1000.0),
+                ..settings()
+            },
+            1.0,
+        );
+        c.resume(0.7);
+        assert_eq!(c.estimate(), 0.7);
+        // Clear room (latency far below the target) and tenants asking for
+        // more: a fresh loop would grow towards the model at once.
+        for _ in 1..HOLD_BEYOND_INTERVALS {
+            c.update(&obs(100.0, 0.69, false, true));
+            assert_eq!(
+                c.estimate(),
+                0.7,
+                "held for {HOLD_BEYOND_INTERVALS} intervals"
+            );
+        }
+        c.update(&obs(100.0, 0.69, false, true));
+        assert!(c.estimate() > 0.7, "then probed: {}", c.estimate());
+        // Garbage is ignored.
+        c.resume(f64::NAN);
+        c.resume(-1.0);
+        assert!(c.estimate() > 0.7);
     }
 
     #[test]

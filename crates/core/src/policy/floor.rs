@@ -285,6 +285,10 @@ impl Policy for FloorPolicy {
         Some(self.capacity.estimate())
     }
 
+    fn resume_capacity(&mut self, estimate: f64) {
+        self.capacity.resume(estimate);
+    }
+
     fn feasibility(&self) -> Option<Feasibility> {
         self.feasibility
     }

@@ -32,6 +32,12 @@ pub trait Policy: Send {
         None
     }
 
+    /// Starts from a capacity another instance learned (a new cluster
+    /// allocator taking over from the last allocation), as the level last
+    /// known good: no probing past it until the device has shown room for a
+    /// while. Policies that do not learn capacity ignore it.
+    fn resume_capacity(&mut self, _estimate: f64) {}
+
     /// Whether the active tenants' floors fit what the policy can hand out,
     /// for metrics and the API; `None` for policies that do not judge it.
     fn feasibility(&self) -> Option<Feasibility> {
