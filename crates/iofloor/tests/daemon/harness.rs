@@ -89,6 +89,29 @@ impl Cgroups {
         self.children.clear();
     }
 
+    /// As `wait_fio`, but a fio still running after `limit` (its tenant
+    /// throttled so hard its last I/Os never complete) is killed and the
+    /// test fails, instead of hanging the whole run.
+    pub fn wait_fio_within(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self
+            .children
+            .iter_mut()
+            .any(|c| c.try_wait().ok().flatten().is_none())
+        {
+            if Instant::now() > deadline {
+                for c in &mut self.children {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                self.children.clear();
+                panic!("fio still running {limit:?} after it started; killed");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        self.children.clear();
+    }
+
     pub fn write_limit(&self, name: &str, file: &str, line: &str) {
         std::fs::write(self.path(name).join(file), line).unwrap();
     }
