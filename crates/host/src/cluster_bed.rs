@@ -21,8 +21,8 @@
 
 use crate::error::{HostError, Result};
 use crate::rig::{
-    detach_loops_over, is_mounted, is_ours, qemu_value, read_pidfile, run, set_group_limits,
-    stop_process, wait_mounted, which, RigSpec,
+    detach_loops_over, down_each, is_mounted, is_ours, qemu_value, read_pidfile, read_states, run,
+    set_group_limits, stop_process, wait_mounted, which, RigSpec,
 };
 use serde::{Deserialize, Serialize};
 use std::os::unix::process::CommandExt;
@@ -119,20 +119,7 @@ impl ClusterBed {
     }
 
     pub fn host(&self, name: &str) -> Result<&BedHost> {
-        self.hosts.iter().find(|h| h.name == name).ok_or_else(|| {
-            HostError::not_usable(
-                name,
-                format!(
-                    "is not a host of the bed in {} (hosts: {})",
-                    self.dir.display(),
-                    self.hosts
-                        .iter()
-                        .map(|h| h.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            )
-        })
+        Ok(&self.hosts[self.host_index(name)?])
     }
 
     /// Creates a bed of `hosts` hosts sharing a device of capacity `spec`
@@ -523,12 +510,23 @@ impl ClusterBed {
     }
 
     fn host_index(&self, name: &str) -> Result<usize> {
-        let host = self.host(name)?;
-        Ok(self
-            .hosts
+        self.hosts
             .iter()
-            .position(|h| h.name == host.name)
-            .expect("found above"))
+            .position(|h| h.name == name)
+            .ok_or_else(|| {
+                HostError::not_usable(
+                    name,
+                    format!(
+                        "is not a host of the bed in {} (hosts: {})",
+                        self.dir.display(),
+                        self.hosts
+                            .iter()
+                            .map(|h| h.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })
     }
 
     /// Every address host `i` talks to except the storage node.
@@ -613,19 +611,7 @@ impl ClusterBed {
 
     /// Every bed recorded under `state_root`.
     pub fn list(state_root: &Path) -> Result<Vec<ClusterBed>> {
-        let Ok(entries) = std::fs::read_dir(state_root) else {
-            return Ok(Vec::new());
-        };
-        let mut beds = Vec::new();
-        for e in entries.flatten() {
-            let state = e.path().join("state.json");
-            if let Ok(text) = std::fs::read_to_string(&state) {
-                beds.push(serde_json::from_str::<ClusterBed>(&text).map_err(|err| {
-                    HostError::malformed(&state, Some(err.line()), err.to_string())
-                })?);
-            }
-        }
-        Ok(beds)
+        read_states(state_root)
     }
 
     /// The one bed under `state_root`.
@@ -646,14 +632,7 @@ impl ClusterBed {
 
     /// Removes every bed under `state_root`; returns how many.
     pub fn down_all(state_root: &Path) -> Result<usize> {
-        let beds = ClusterBed::list(state_root)?;
-        let mut first_error = None;
-        for b in &beds {
-            if let Err(e) = b.down() {
-                first_error.get_or_insert(e);
-            }
-        }
-        first_error.map_or(Ok(beds.len()), Err)
+        down_each(&ClusterBed::list(state_root)?, ClusterBed::down)
     }
 }
 

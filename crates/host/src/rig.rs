@@ -469,42 +469,45 @@ impl Rig {
 
     /// Every rig recorded under `state_root`.
     pub fn list(state_root: &Path) -> Result<Vec<Rig>> {
-        let Ok(entries) = std::fs::read_dir(state_root) else {
-            return Ok(Vec::new());
-        };
-        let mut rigs = Vec::new();
-        for e in entries.flatten() {
-            let state = e.path().join("state.json");
-            if let Ok(text) = std::fs::read_to_string(&state) {
-                match serde_json::from_str::<Rig>(&text) {
-                    Ok(r) => rigs.push(r),
-                    Err(err) => {
-                        return Err(HostError::malformed(
-                            &state,
-                            Some(err.line()),
-                            err.to_string(),
-                        ))
-                    }
-                }
-            }
-        }
-        Ok(rigs)
+        read_states(state_root)
     }
 
     /// Removes every rig under `state_root`; returns how many.
     pub fn down_all(state_root: &Path) -> Result<usize> {
-        let rigs = Rig::list(state_root)?;
-        let mut first_error = None;
-        for r in &rigs {
-            if let Err(e) = r.down() {
-                first_error.get_or_insert(e);
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(rigs.len()),
+        down_each(&Rig::list(state_root)?, Rig::down)
+    }
+}
+
+/// Every `state.json` in the directories under `state_root` (none if it
+/// does not exist): how `rig` and `cluster` find what they made.
+pub(crate) fn read_states<T: serde::de::DeserializeOwned>(state_root: &Path) -> Result<Vec<T>> {
+    let Ok(entries) = std::fs::read_dir(state_root) else {
+        return Ok(Vec::new());
+    };
+    let mut states = Vec::new();
+    for e in entries.flatten() {
+        let state = e.path().join("state.json");
+        if let Ok(text) = std::fs::read_to_string(&state) {
+            states.push(
+                serde_json::from_str(&text).map_err(|err| {
+                    HostError::malformed(&state, Some(err.line()), err.to_string())
+                })?,
+            );
         }
     }
+    Ok(states)
+}
+
+/// Takes down each of `made`, going on past failures; the first error, or
+/// how many there were.
+pub(crate) fn down_each<T>(made: &[T], down: impl Fn(&T) -> Result<()>) -> Result<usize> {
+    let mut first_error = None;
+    for m in made {
+        if let Err(e) = down(m) {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(made.len()), Err)
 }
 
 /// A new directory `rig-<pid>-<n>` under `root`.
