@@ -39,7 +39,13 @@ pub struct PolicyMeasures {
     pub floor_miss_rate: f64,
     /// Filled in by [`compare`] against the `none` run; 1.0 for `none` itself.
     pub work_conservation: Option<f64>,
+    /// Work conservation over the contended windows only (docs/metrics.md),
+    /// filled in by [`compare`]; `None` without a `none` run or such windows.
+    pub work_conservation_contended: Option<f64>,
     pub reaction_time_s: Option<f64>,
+    /// Every load step's reaction time, in step order (the distribution
+    /// behind `reaction_time_s`, which is its largest).
+    pub reaction_times_s: Vec<f64>,
     /// Load steps after which floors were never met again before the end.
     pub unrecovered_steps: usize,
     pub protected_p99_ratio: Option<f64>,
@@ -116,7 +122,8 @@ pub fn measure(run: &RunRecord) -> PolicyMeasures {
     let aggregate_bytes_per_s = mean(&|w| w.tenants.iter().map(|t| t.got.bytes_per_s).sum());
     let aggregate_cost = mean(&|w| w.tenants.iter().map(|t| t.got.cost).sum());
 
-    let (reaction_time_s, unrecovered_steps) = reaction(run);
+    let (reaction_times_s, unrecovered_steps) = reaction(run);
+    let reaction_time_s = reaction_times_s.iter().copied().reduce(f64::max);
     let protected_p99_ratio = tenants
         .iter()
         .filter(|t| !t.noisy)
@@ -132,7 +139,9 @@ pub fn measure(run: &RunRecord) -> PolicyMeasures {
     PolicyMeasures {
         floor_miss_rate,
         work_conservation: None,
+        work_conservation_contended: None,
         reaction_time_s,
+        reaction_times_s,
         unrecovered_steps,
         protected_p99_ratio,
         aggregate_iops,
@@ -146,16 +155,16 @@ pub fn measure(run: &RunRecord) -> PolicyMeasures {
 
 /// Reaction time: for each load step after warm-up, the time from the step to
 /// the start of the first window (the one holding the step, or a later one) in
-/// which every tenant meets its entitlement. The worst step counts. A step
-/// never recovered from counts until the end of the run.
-fn reaction(run: &RunRecord) -> (Option<f64>, usize) {
+/// which every tenant meets its entitlement, in step order. A step never
+/// recovered from counts until the end of the run, and is counted apart.
+fn reaction(run: &RunRecord) -> (Vec<f64>, usize) {
     let all_met = |w: &crate::record::Window| {
         w.tenants
             .iter()
             .enumerate()
             .all(|(i, tw)| window_missed(run, i, tw) != Some(true))
     };
-    let mut worst: Option<f64> = None;
+    let mut times = Vec::new();
     let mut unrecovered = 0;
     for &step in run
         .steps
@@ -174,9 +183,55 @@ fn reaction(run: &RunRecord) -> (Option<f64>, usize) {
                 (run.duration_s - step).max(0.0)
             }
         };
-        worst = Some(worst.map_or(r, |x: f64| x.max(r)));
+        times.push(r);
     }
-    (worst, unrecovered)
+    (times, unrecovered)
+}
+
+/// A window is contended when its tenants together ask for at least
+/// [`CONTENDED_DEMAND`] of what the device served at best under `none`: a
+/// tenant whose demand is not known (a closed-loop job the alone run did not
+/// cover) asks for everything.
+const CONTENDED_DEMAND: f64 = 0.9;
+
+/// Indexes of the counted windows of `run` that are contended, judged
+/// against `best_cost`, the most the device served in one window.
+fn contended_windows(run: &RunRecord, best_cost: f64) -> Vec<usize> {
+    run.windows
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w.t + 1e-9 >= run.warmup_s)
+        .filter(|(_, w)| {
+            let asked: f64 = w
+                .tenants
+                .iter()
+                .map(|t| t.demand.map_or(f64::INFINITY, |d| d.cost))
+                .sum();
+            asked >= CONTENDED_DEMAND * best_cost
+        })
+        .map(|(k, _)| k)
+        .collect()
+}
+
+/// The policy's aggregate cost over the `none` run's in the windows where
+/// the tenants asked for more than the device could serve. Unlike plain work
+/// conservation it does not count the windows where nobody asked for more:
+/// there `none` serves the backlog that rate-limited jobs built up while a
+/// neighbour starved them (fio catches up), which a policy that never let
+/// them fall behind has no reason to serve.
+fn contended_conservation(policy: &RunRecord, none: &RunRecord) -> Option<f64> {
+    let aggregate = |w: &crate::record::Window| w.tenants.iter().map(|t| t.got.cost).sum::<f64>();
+    let best = after_warmup(none).map(aggregate).fold(0.0, f64::max);
+    let windows = contended_windows(policy, best);
+    let (mut served, mut reference) = (0.0, 0.0);
+    for k in windows {
+        let (Some(p), Some(n)) = (policy.windows.get(k), none.windows.get(k)) else {
+            continue;
+        };
+        served += aggregate(p);
+        reference += aggregate(n);
+    }
+    (reference > 0.0).then(|| served / reference)
 }
 
 /// Measures of several policies on one scenario; fills in work conservation
@@ -193,6 +248,11 @@ pub fn compare(runs: &[RunRecord]) -> Vec<(String, PolicyMeasures)> {
     if let Some(none_cost) = reference.filter(|c| *c > 0.0) {
         for (_, m) in &mut out {
             m.work_conservation = Some(m.aggregate_cost / none_cost);
+        }
+    }
+    if let Some(none) = runs.iter().find(|r| r.policy == "none") {
+        for (run, (_, m)) in runs.iter().zip(&mut out) {
+            m.work_conservation_contended = contended_conservation(run, none);
         }
     }
     out
@@ -296,13 +356,59 @@ mod tests {
             ],
             vec![2.5],
         );
-        let (worst, unrecovered) = reaction(&r);
+        let (times, unrecovered) = reaction(&r);
         assert_eq!(unrecovered, 0);
-        assert!((worst.unwrap() - 1.5).abs() < 1e-12);
+        assert_eq!(times.len(), 1);
+        assert!((times[0] - 1.5).abs() < 1e-12);
         let never = run(&[(100.0, 200.0), (100.0, 200.0), (10.0, 200.0)], vec![2.0]);
-        assert_eq!(reaction(&never), (Some(1.0), 1));
+        assert_eq!(reaction(&never), (vec![1.0], 1));
         let none = run(&[(100.0, 200.0)], vec![]);
-        assert_eq!(reaction(&none), (None, 0));
+        assert_eq!(reaction(&none), (vec![], 0));
+        let two = run(
+            &[
+                (100.0, 200.0),
+                (10.0, 200.0),
+                (100.0, 200.0),
+                (100.0, 200.0),
+            ],
+            vec![1.0, 3.0],
+        );
+        let m = measure(&two);
+        assert_eq!(m.reaction_times_s, vec![1.0, 0.0]);
+        assert_eq!(m.reaction_time_s, Some(1.0));
+    }
+
+    #[test]
+    fn contended_conservation_leaves_out_windows_where_nobody_asked_for_more() {
+        // `none`: two contended windows at 1.0 (the device's best), then two
+        // where the tenant asks 0.3 but `none` serves a backlog of 0.9.
+        let mut none = run(
+            &[
+                (0.0, 0.0),
+                (1000.0, 2000.0),
+                (1000.0, 2000.0),
+                (900.0, 300.0),
+                (900.0, 300.0),
+            ],
+            vec![],
+        );
+        none.policy = "none".into();
+        // The policy serves 0.95 where contended and all that was asked after.
+        let policy = run(
+            &[
+                (0.0, 0.0),
+                (950.0, 2000.0),
+                (950.0, 2000.0),
+                (300.0, 300.0),
+                (300.0, 300.0),
+            ],
+            vec![],
+        );
+        let out = compare(&[none, policy]);
+        let m = &out[1].1;
+        assert!((m.work_conservation.unwrap() - 2500.0 / 3800.0).abs() < 1e-12);
+        assert!((m.work_conservation_contended.unwrap() - 0.95).abs() < 1e-12);
+        assert_eq!(out[0].1.work_conservation_contended, Some(1.0));
     }
 
     #[test]

@@ -77,7 +77,9 @@ pub fn summary_json(scenario: &str, compared: &[(String, PolicyMeasures)]) -> Va
             json!({
                 "floor_miss_rate": num(m.floor_miss_rate),
                 "work_conservation": m.work_conservation.map(num),
+                "work_conservation_contended": m.work_conservation_contended.map(num),
                 "reaction_time_s": m.reaction_time_s.map(num),
+                "reaction_times_s": m.reaction_times_s.iter().copied().map(num).collect::<Vec<_>>(),
                 "unrecovered_steps": m.unrecovered_steps,
                 "protected_p99_ratio": m.protected_p99_ratio.map(num),
                 "aggregate_iops": num(m.aggregate_iops),
@@ -90,6 +92,18 @@ pub fn summary_json(scenario: &str, compared: &[(String, PolicyMeasures)]) -> Va
         );
     }
     json!({ "scenario": scenario, "policies": Value::Object(policies) })
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
 }
 
 fn fmt_opt(v: Option<f64>, digits: usize) -> String {
@@ -114,15 +128,17 @@ fn fmt_tp(v: f64, unit: &str) -> String {
 /// The comparison table, one row per policy (Markdown).
 pub fn comparison_table(compared: &[(String, PolicyMeasures)]) -> String {
     let mut s = String::new();
-    s.push_str("| policy | floor-miss | work conservation | reaction (s) | protected p99 ratio | aggregate IOPS | aggregate MiB/s | max decision (µs) |\n");
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("| policy | floor-miss | work conservation | WC contended | reaction max / median (s) | protected p99 ratio | aggregate IOPS | aggregate MiB/s | max decision (µs) |\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (name, m) in compared {
         let _ = writeln!(
             s,
-            "| {name} | {} | {} | {}{} | {} | {:.0} | {:.2} | {:.1} |",
+            "| {name} | {} | {} | {} | {} / {}{} | {} | {:.0} | {:.2} | {:.1} |",
             fmt_pct(m.floor_miss_rate),
             fmt_opt(m.work_conservation, 3),
+            fmt_opt(m.work_conservation_contended, 3),
             fmt_opt(m.reaction_time_s, 1),
+            fmt_opt(median(&m.reaction_times_s), 1),
             if m.unrecovered_steps > 0 {
                 format!(" ({} never)", m.unrecovered_steps)
             } else {
