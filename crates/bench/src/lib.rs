@@ -82,12 +82,10 @@ pub fn rig_of(device: &std::path::Path, state_dir: &std::path::Path) -> Option<R
 fn needs_rig(scenario: &Scenario) -> Option<&'static str> {
     if !scenario.device.changes.is_empty() {
         Some("`device.change`")
-    } else if scenario
-        .unmanaged
-        .iter()
-        .any(|u| u.origin == iofloor_scenario::format::UnmanagedOrigin::OtherHost)
-    {
-        Some("`unmanaged` load with `origin = \"other-host\"`")
+    } else if scenario.unmanaged.iter().any(|u| {
+        u.origin == iofloor_scenario::format::UnmanagedOrigin::OtherHost && u.device.is_none()
+    }) {
+        Some("`unmanaged` load with `origin = \"other-host\"` and no `device`")
     } else {
         None
     }
@@ -103,6 +101,10 @@ pub fn preflight(scenario: &Scenario, opts: &BenchOptions) -> Result<DevId> {
     let dev =
         DevId::of_block_device(&opts.device).map_err(|e| BenchError::Invalid(e.to_string()))?;
     cgroup::detect(&opts.cgroup_root).map_err(|e| BenchError::Invalid(e.to_string()))?;
+    for placed in scenario.unmanaged.iter().filter_map(|u| u.device.as_ref()) {
+        DevId::of_block_device(&placed.value)
+            .map_err(|e| BenchError::Invalid(placed.error(e.to_string()).to_string()))?;
+    }
     if let Some(what) = needs_rig(scenario) {
         if rig_of(&opts.device, &opts.rig_state_dir).is_none() {
             return Err(BenchError::Invalid(format!(

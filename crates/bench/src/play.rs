@@ -122,6 +122,7 @@ impl<'s> Play<'s> {
         let rig = crate::rig_of(&opts.device, &opts.rig_state_dir);
         for u in &scenario.unmanaged {
             let device = match (u.origin, &rig) {
+                _ if let Some(placed) = &u.device => placed.value.clone(),
                 (UnmanagedOrigin::ThisHost, _) => opts.device.clone(),
                 (UnmanagedOrigin::OtherHost, Some(rig)) => session.add_other_host_device(rig)?,
                 (UnmanagedOrigin::OtherHost, None) => {
@@ -200,6 +201,16 @@ impl<'s> Play<'s> {
         let mut next_tick = Duration::ZERO;
         let mut next_window = Duration::from_secs(1);
         let mut last_window_at = Duration::ZERO;
+        // What each tenant asks during the open window: what ran at its
+        // start. Taken at its end, a phase starting right at the boundary
+        // (a noisy tenant back at 30 s) made the idle window before it ask
+        // for everything, and its floor counted as missed there.
+        let mut window_demand: Option<Vec<Option<Throughput>>> = None;
+        let demand_now = |running: &[Vec<u32>]| -> Vec<Option<Throughput>> {
+            (0..n)
+                .map(|i| declared_demand(scenario, i, &running[i], &model))
+                .collect()
+        };
         loop {
             if testbed.stop.load(Ordering::SeqCst) {
                 return Err(BenchError::Interrupted);
@@ -242,6 +253,7 @@ impl<'s> Play<'s> {
                 }
                 next_tick += scenario.interval;
             }
+            let demand = window_demand.get_or_insert_with(|| demand_now(&running));
             if now >= next_window {
                 // The time the counters really span: a stop of slow fio
                 // processes may have held the loop past the window's end,
@@ -253,7 +265,7 @@ impl<'s> Play<'s> {
                     let cur = self.backend.read_counters(&t.spec)?;
                     tenants.push(TenantWindow {
                         got: window_throughput(&last_counters[i], &cur, secs, seq[i], &model),
-                        demand: declared_demand(scenario, i, &running[i], &model),
+                        demand: demand[i],
                         mean_latency_ms: None,
                         cap_cost: None,
                     });
@@ -275,6 +287,7 @@ impl<'s> Play<'s> {
                     capacity: self.controller.as_ref().and_then(|c| c.capacity_estimate()),
                 };
                 last_disk = disk;
+                *demand = demand_now(&running);
                 // Every window the span covers gets its mean rates, so
                 // window k stays second k (the latency logs are binned so).
                 while next_window <= now {

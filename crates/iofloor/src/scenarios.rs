@@ -1,7 +1,7 @@
 //! The shipped scenarios, built into the binary so `iofloor sim noisy-4` works
 //! from anywhere. The files in `scenarios/` are the source.
 
-const BUILTIN: [(&str, &str); 10] = [
+const BUILTIN: [(&str, &str); 13] = [
     ("noisy-4", include_str!("../../../scenarios/noisy-4.toml")),
     ("noisy-20", include_str!("../../../scenarios/noisy-20.toml")),
     ("size-mix", include_str!("../../../scenarios/size-mix.toml")),
@@ -14,6 +14,15 @@ const BUILTIN: [(&str, &str); 10] = [
     (
         "hybrid-real",
         include_str!("../../../scenarios/bench/hybrid-real.toml"),
+    ),
+    ("cut", include_str!("../../../scenarios/bench/cut.toml")),
+    (
+        "stolen-rig",
+        include_str!("../../../scenarios/bench/stolen-rig.toml"),
+    ),
+    (
+        "on-off-rig",
+        include_str!("../../../scenarios/bench/on-off-rig.toml"),
     ),
 ];
 

@@ -68,7 +68,8 @@ fn scenario_file(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> Pat
             .join(format!("{name}.toml")),
     )
     .unwrap();
-    let p = dir.join(format!("{name}.toml"));
+    let file = Path::new(name).file_name().unwrap().to_str().unwrap();
+    let p = dir.join(format!("{file}.toml"));
     std::fs::write(&p, edit(text)).unwrap();
     p
 }
@@ -235,6 +236,36 @@ fn bench_refuses_bad_input_with_exit_2_and_creates_nothing() {
             None,
         ),
         "unknown policy",
+    );
+    // Unmanaged load on a device that does not exist: the scenario's file,
+    // line and key, before anything is made.
+    let elsewhere = scenario_file(dir.path(), "bench/stolen-rig", |t| {
+        t.replacen(
+            "origin = \"other-host\"",
+            "origin = \"other-host\"\ndevice = \"/dev/no-such-host-disk\"",
+            1,
+        )
+    });
+    let line = std::fs::read_to_string(&elsewhere)
+        .unwrap()
+        .lines()
+        .position(|l| l.starts_with("device ="))
+        .unwrap()
+        + 1;
+    check(
+        run(
+            &[
+                "bench",
+                elsewhere.to_str().unwrap(),
+                "--device",
+                &rig.device,
+            ],
+            None,
+        ),
+        &format!(
+            "{}:{line}: `unmanaged[0].device` /dev/no-such-host-disk",
+            elsewhere.display()
+        ),
     );
     check(
         run(

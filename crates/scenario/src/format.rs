@@ -124,6 +124,12 @@ pub struct UnmanagedFile {
     pub name: String,
     #[serde(default)]
     pub origin: UnmanagedOrigin,
+    /// The block device the load runs on (`iofloor bench`): another host's
+    /// path to the same storage. Without it, `other-host` load gets a loop
+    /// device the bench makes over the rig's export and `this-host` load
+    /// runs on the bench's device. The simulator has one device and ignores it.
+    #[serde(default)]
+    pub device: Option<std::path::PathBuf>,
     #[serde(rename = "job", default)]
     pub jobs: Vec<JobFile>,
 }
@@ -344,7 +350,31 @@ impl Device {
 pub struct Unmanaged {
     pub name: String,
     pub origin: UnmanagedOrigin,
+    /// Where it runs on a real host (see [`UnmanagedFile::device`]), with
+    /// the place it is written, for errors found when it is opened.
+    pub device: Option<Placed<std::path::PathBuf>>,
     pub jobs: Vec<Job>,
+}
+
+/// A value with the file, line and key it was written under, so a check
+/// that can only run later (a device opened by the bench) names them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placed<T> {
+    pub value: T,
+    pub path: String,
+    pub line: Option<usize>,
+    pub key: String,
+}
+
+impl<T> Placed<T> {
+    /// The error for this value, as a scenario error names any other.
+    pub fn error(&self, message: impl Into<String>) -> ScenarioError {
+        ScenarioError::Invalid {
+            path: self.path.clone(),
+            line: self.line,
+            source: ValidationError::new(self.key.clone(), message),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -382,11 +412,19 @@ impl Scenario {
             path: origin.to_string(),
             message: e.to_string().trim_end().to_string(),
         })?;
-        file.validate().map_err(|source| ScenarioError::Invalid {
+        let mut scenario = file.validate().map_err(|source| ScenarioError::Invalid {
             path: origin.to_string(),
             line: crate::locate::line_of(text, &source.key),
             source,
-        })
+        })?;
+        for (ui, u) in scenario.unmanaged.iter_mut().enumerate() {
+            if let Some(placed) = u.device.as_mut() {
+                placed.key = format!("unmanaged[{ui}].device");
+                placed.path = origin.to_string();
+                placed.line = crate::locate::line_of(text, &placed.key);
+            }
+        }
+        Ok(scenario)
     }
 
     /// Times at which any tenant's load changes (after t = 0).
@@ -755,6 +793,14 @@ impl UnmanagedFile {
                 ),
             );
         }
+        if let Some(device) = &self.device {
+            if !device.is_absolute() {
+                return bad(
+                    "device",
+                    format!("must be an absolute path, got `{}`", device.display()),
+                );
+            }
+        }
         let jobs = self
             .jobs
             .into_iter()
@@ -767,6 +813,13 @@ impl UnmanagedFile {
         Ok(Unmanaged {
             name: self.name,
             origin: self.origin,
+            // Placed by `Scenario::parse`, which knows the file.
+            device: self.device.map(|value| Placed {
+                value,
+                path: String::new(),
+                line: None,
+                key: String::new(),
+            }),
             jobs,
         })
     }
@@ -1034,5 +1087,31 @@ ramp = { every = "10s", max = 4 }
             "{BASE}[[unmanaged]]\nname = \"b\"\norigin = \"mars\"\n"
         ));
         assert!(e.contains("unknown variant `mars`"), "{e}");
+        let e = err_of(&format!(
+            "{BASE}[[unmanaged]]\nname = \"c\"\ndevice = \"loop9\"\n[[unmanaged.job]]\nrw = \"read\"\nbs = \"4k\"\n"
+        ));
+        assert!(
+            e.contains("`unmanaged[0].device` must be an absolute path, got `loop9`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_unmanaged_device_remembers_where_it_was_written() {
+        let text = format!(
+            "{BASE}[[unmanaged]]\nname = \"c\"\ndevice = \"/dev/nope\"\n[[unmanaged.job]]\nrw = \"read\"\nbs = \"4k\"\n"
+        );
+        let s = Scenario::parse(&text, "x.toml").unwrap();
+        let placed = s.unmanaged[0].device.as_ref().unwrap();
+        assert_eq!(placed.value, std::path::PathBuf::from("/dev/nope"));
+        let line = text
+            .lines()
+            .position(|l| l.starts_with("device ="))
+            .unwrap()
+            + 1;
+        assert_eq!(
+            placed.error("is not a block device").to_string(),
+            format!("x.toml:{line}: `unmanaged[0].device` is not a block device")
+        );
     }
 }
