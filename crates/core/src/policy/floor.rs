@@ -428,16 +428,31 @@ impl FloorPolicy {
         // own caps held the tenants back; when every capped tenant got its
         // cap, a high latency is slower service, and cutting would ratchet
         // the estimate down by the target utilisation every interval.
+        // With no caps at all, what was served is only what was asked unless
+        // someone fell short: counting "no caps" as held by the device took
+        // the quiet tenants' own demand for the device's capacity while a
+        // noisy one was idle (rig `on-off-rig`: learned 0.56 of a device
+        // that had not changed, below the floors' need, and stuck there).
         let holding = |i: usize| priced.prev[i].cap.filter(|_| priced.prev[i].holds);
-        let any_held = active().any(|(i, _)| holding(i).is_some());
-        let held_by_device = !any_held
-            || active().any(|(i, &u)| match holding(i) {
-                Some(cap) => u < HELD_AT_CAP * cap,
-                None => u < SHORT_OF_FLOOR * priced.floor_costs[i],
-            });
+        let held_by_device = active().any(|(i, &u)| match holding(i) {
+            Some(cap) => u < HELD_AT_CAP * cap,
+            None => u < SHORT_OF_FLOOR * priced.floor_costs[i],
+        });
         let wants_more =
             active().any(|(i, &u)| priced.prev[i].cap.is_some_and(|cap| u >= p.pressing * cap));
         let floor_short = active().any(|(i, &u)| u < SHORT_OF_FLOOR * priced.floor_costs[i]);
+        // A tenant with a floor, not held by a cap of ours (a throttle's wait
+        // is in its latency), whose own latency is far above its best: where
+        // the backend reports it (QMP), the queue is felt by the protected.
+        let protected_slowed = active().any(|(i, _)| {
+            priced.floor_costs[i] > 0.0
+                && holding(i).is_none()
+                && snapshot.tenants[i]
+                    .usage
+                    .and_then(|u| u.latency_us)
+                    .zip(priced.latency_floor[i])
+                    .is_some_and(|(l, best)| l > p.latency_factor * best)
+        });
         let capacity = match snapshot.device {
             Some(dev) => self.capacity.update(&Observation {
                 latency_us: dev.mean_latency_us(),
@@ -446,6 +461,7 @@ impl FloorPolicy {
                 held_by_device,
                 wants_more,
                 floor_short,
+                protected_slowed,
                 contended: total >= p.border * self.capacity.estimate(),
                 floors_need: priced.floor_costs.iter().sum::<f64>() / p.target_utilisation,
             }),
