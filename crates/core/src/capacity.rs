@@ -24,16 +24,16 @@
 //!   room and tenants asking for more, the estimate grows by a step that
 //!   doubles each interval (1 % to 8 %) up to the level of the last overload
 //!   (or the model's capacity, with none in the last two minutes), after
-//!   holding a few intervals. Past that level it probes only when the
-//!   device shows clear room (latency or queue below 60 % of the
-//!   threshold): below the model by a step that doubles from 1 % to 4 %,
-//!   after a wait that starts at 8 intervals and doubles (to 30) each time
-//!   a probe ends in an overload, so a neighbour that left is found again
-//!   within seconds while a device probed at its real capacity is probed
-//!   about twice a minute at most; past the model by 1 % an interval, and
-//!   only half a minute after the last overload, so a conservative model's
-//!   spare capacity is found but a device at its model is not probed into a
-//!   queue.
+//!   holding a few intervals. Past that level it probes: below the model
+//!   (which says there is more) on any interval below the threshold, by a
+//!   step that doubles from 1 % to 4 %, after a wait that starts at 8
+//!   intervals and doubles (to 30) each time a probe ends in an overload,
+//!   so a neighbour that left is found again within seconds while a device
+//!   probed at its real capacity is overshot about twice a minute at most;
+//!   past the model only on clear room (latency or queue below 60 % of the
+//!   threshold), by 1 % an interval and half a minute after the last
+//!   overload, so a conservative model's spare capacity is found but a
+//!   device at its model is not probed into a queue.
 //!
 //! - **A queue is not a broken promise.** A latency above the threshold
 //!   while every floor is met and every tenant got what we allowed is a
@@ -122,8 +122,8 @@ pub struct CapacitySettings {
 /// Smallest and largest growth per interval while approaching the last level known good.
 const STEP_MIN: f64 = 0.01;
 const STEP_MAX: f64 = 0.08;
-/// First growth per interval beyond the last overload's level; it doubles
-/// each interval of clear room, up to [`PROBE_STEP_MAX`].
+/// First growth per interval beyond the last overload's level, below the
+/// model; it doubles each interval not overloaded, up to [`PROBE_STEP_MAX`].
 const PROBE_STEP: f64 = 0.01;
 /// The largest probe: half the recovery's, since past the level known good
 /// each overshoot is felt by the neighbours (simulator `stolen`: 8 % probes
