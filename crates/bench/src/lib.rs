@@ -20,7 +20,7 @@ use iofloor_host::fio;
 use iofloor_host::rig::Rig;
 use iofloor_report::record::RunRecord;
 use iofloor_scenario::harness::policies_with_reference;
-use iofloor_scenario::{RawRun, RunEnvironment, Scenario, Testbed};
+use iofloor_scenario::{Control, RawRun, RunEnvironment, Scenario, Testbed};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -93,6 +93,19 @@ fn needs_rig(scenario: &Scenario) -> Option<&'static str> {
 
 /// Checks what a run needs and says clearly what is missing.
 pub fn preflight(scenario: &Scenario, opts: &BenchOptions) -> Result<DevId> {
+    // Before root and devices, so a cluster scenario is told what to run
+    // wherever it is tried.
+    if let Some(cluster) = &scenario.cluster {
+        return Err(BenchError::Invalid(
+            cluster
+                .declared
+                .error(
+                    "a cluster scenario: `iofloor sim` plays it; fio on the cluster test bed \
+                     (`iofloor bench --cluster`) is not built yet",
+                )
+                .to_string(),
+        ));
+    }
     if !rustix::process::geteuid().is_root() {
         return Err(BenchError::Invalid(
             "iofloor bench needs root (it creates cgroups and sets throttles)".into(),
@@ -179,10 +192,19 @@ impl Testbed for FioTestbed<'_> {
     fn run(
         &self,
         scenario: &Scenario,
-        policy: Option<PolicyKind>,
+        control: Option<Control>,
         label: &str,
         progress: &(dyn Fn(f64) + Sync),
     ) -> Result<RawRun> {
+        let policy = match control {
+            Some(Control::HostsAlone(_)) => {
+                return Err(BenchError::Invalid(format!(
+                    "{label}: one host's bench has no hosts to run alone"
+                )))
+            }
+            Some(Control::Policy(kind)) => Some(kind),
+            None => None,
+        };
         let tag = label.replace(' ', "-");
         play::play(scenario, policy, &tag, self, progress)
     }

@@ -8,18 +8,25 @@
 //! The coordination sits behind [`coord::Coordinator`], implemented for etcd;
 //! [`runtime`] is the task that ties lease, election, reports and
 //! allocations together. Decisions stay pure: the allocator and the agent's
-//! rule take the time and values in and give caps out.
+//! rule take the time and values in and give caps out, so the simulator
+//! plays the same cluster (without the `etcd` feature) deterministically.
 
 pub mod agent;
 pub mod allocate;
+#[cfg(feature = "etcd")]
 pub mod coord;
+#[cfg(feature = "etcd")]
 pub mod local;
+#[cfg(feature = "etcd")]
 pub mod runtime;
 pub mod wire;
 
 pub use agent::{AgentPolicy, AgentRule, Mailbox, Mode};
 pub use allocate::{Allocator, Conflict, Round};
+#[cfg(feature = "etcd")]
 pub use coord::{CoordError, Coordinator, Etcd, EtcdOptions, Leadership};
+#[cfg(feature = "etcd")]
 pub use local::LocalEtcd;
+#[cfg(feature = "etcd")]
 pub use runtime::{start, AgentHandle, AgentSettings, ClusterError, ClusterStatus, Keys, Role};
 pub use wire::{Allocation, HostReport, TenantReport, WireError, SCHEMA};

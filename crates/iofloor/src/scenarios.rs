@@ -1,7 +1,7 @@
 //! The shipped scenarios, built into the binary so `iofloor sim noisy-4` works
 //! from anywhere. The files in `scenarios/` are the source.
 
-const BUILTIN: [(&str, &str); 13] = [
+const BUILTIN: [(&str, &str); 15] = [
     ("noisy-4", include_str!("../../../scenarios/noisy-4.toml")),
     ("noisy-20", include_str!("../../../scenarios/noisy-20.toml")),
     ("size-mix", include_str!("../../../scenarios/size-mix.toml")),
@@ -11,6 +11,14 @@ const BUILTIN: [(&str, &str); 13] = [
     ("on-off", include_str!("../../../scenarios/on-off.toml")),
     ("churn", include_str!("../../../scenarios/churn.toml")),
     ("tight", include_str!("../../../scenarios/tight.toml")),
+    (
+        "noisy-4-cluster",
+        include_str!("../../../scenarios/noisy-4-cluster.toml"),
+    ),
+    (
+        "noisy-20-cluster",
+        include_str!("../../../scenarios/noisy-20-cluster.toml"),
+    ),
     (
         "hybrid-real",
         include_str!("../../../scenarios/bench/hybrid-real.toml"),

@@ -189,6 +189,14 @@ fn bench_refuses_bad_input_with_exit_2_and_creates_nothing() {
         run(&["bench", "noisy-4", "--device", "/etc/hostname"], None),
         "not a block device",
     );
+    // A cluster scenario: what plays it, at the line that makes it one.
+    check(
+        run(
+            &["bench", "noisy-4-cluster", "--device", "/dev/no-such-disk"],
+            None,
+        ),
+        "noisy-4-cluster.toml:37: `tenant[0].host` a cluster scenario: `iofloor sim` plays it",
+    );
     let rig = TestRig::up(640);
     check(
         run(

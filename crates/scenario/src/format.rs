@@ -64,6 +64,57 @@ pub struct ScenarioFile {
     /// Load on the same device that no policy sees per tenant or can throttle.
     #[serde(rename = "unmanaged", default)]
     pub unmanaged: Vec<UnmanagedFile>,
+    /// How a cluster scenario's hosts exchange (tenants name their `host`).
+    pub cluster: Option<ClusterFile>,
+}
+
+/// `[cluster]`: the publish → allocate → apply loop of a cluster scenario
+/// and what happens to its hosts. The defaults are the daemon's.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    /// From the agents' reports to the allocator's round; its allocation is
+    /// applied at each agent's next interval. Default: half the interval.
+    pub delay: Option<DurationQ>,
+    /// A host's etcd lease: how long its report outlives it, and how long an
+    /// allocator that died is waited for before another takes over.
+    pub lease_ttl: Option<DurationQ>,
+    /// An allocation older than this is not applied (the host falls back).
+    pub stale_after: Option<DurationQ>,
+    #[serde(rename = "event", default)]
+    pub events: Vec<ClusterEventFile>,
+}
+
+/// Something that happens to one host at a time.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterEventFile {
+    pub at: DurationQ,
+    pub host: String,
+    pub kind: ClusterEventKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClusterEventKind {
+    /// The host's agent is killed (SIGKILL): its caps stay as last written,
+    /// its lease expires, and if it was the allocator another host takes over.
+    Kill,
+    /// The host loses etcd and the other hosts (not its storage): nothing it
+    /// publishes arrives, no allocation reaches it.
+    Partition,
+    /// A partitioned host is reachable again.
+    Heal,
+}
+
+impl ClusterEventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterEventKind::Kill => "kill",
+            ClusterEventKind::Partition => "partition",
+            ClusterEventKind::Heal => "heal",
+        }
+    }
 }
 
 fn default_seed() -> u64 {
@@ -176,6 +227,9 @@ pub struct TenantFile {
     pub latency_sensitive: bool,
     /// The hypervisor's I/O path of a VM tenant.
     pub vm_path: Option<VmPathFile>,
+    /// The host the tenant runs on, in a cluster scenario (every tenant names
+    /// one, or none does).
+    pub host: Option<String>,
     #[serde(rename = "job", default)]
     pub jobs: Vec<JobFile>,
 }
@@ -325,7 +379,24 @@ pub struct Tenant {
     pub spec: TenantSpec,
     pub noisy: bool,
     pub vm_path: Option<VmPath>,
+    /// Index of its host in [`Cluster::hosts`], in a cluster scenario.
+    pub host: Option<usize>,
     pub jobs: Vec<Job>,
+}
+
+/// A cluster scenario's hosts and their exchange (see [`ClusterFile`]).
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// In the order tenants first name them; the first is the first allocator.
+    pub hosts: Vec<String>,
+    pub delay: Duration,
+    pub lease_ttl: Duration,
+    pub stale_after: Duration,
+    /// (time, host index, what) in time order.
+    pub events: Vec<(Duration, usize, ClusterEventKind)>,
+    /// Where the first tenant names its host, for a testbed that cannot
+    /// play a cluster to say so.
+    pub declared: Placed<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -391,6 +462,8 @@ pub struct Scenario {
     pub policy: PolicyParams,
     pub tenants: Vec<Tenant>,
     pub unmanaged: Vec<Unmanaged>,
+    /// Hosts sharing the device, when tenants name them.
+    pub cluster: Option<Cluster>,
     /// Factor every time was scaled by ([`Scenario::time_scaled`]); 1 as written.
     pub time_scale: f64,
 }
@@ -423,6 +496,10 @@ impl Scenario {
                 placed.path = origin.to_string();
                 placed.line = crate::locate::line_of(text, &placed.key);
             }
+        }
+        if let Some(placed) = scenario.cluster.as_mut().map(|c| &mut c.declared) {
+            placed.path = origin.to_string();
+            placed.line = crate::locate::line_of(text, &placed.key);
         }
         Ok(scenario)
     }
@@ -464,6 +541,11 @@ impl Scenario {
         for (at, _) in &mut out.device.changes {
             *at = s(*at);
         }
+        if let Some(c) = out.cluster.as_mut() {
+            for (at, _, _) in &mut c.events {
+                *at = s(*at);
+            }
+        }
         out
     }
 
@@ -471,8 +553,10 @@ impl Scenario {
     pub fn alone(&self, index: usize) -> Scenario {
         let mut out = self.clone();
         out.tenants = vec![self.tenants[index].clone()];
+        out.tenants[0].host = None;
         out.unmanaged.clear();
         out.device.changes.clear();
+        out.cluster = None;
         out
     }
 
@@ -720,6 +804,7 @@ impl TenantFile {
             spec,
             noisy: self.noisy,
             vm_path,
+            host: None,
             jobs,
         })
     }
@@ -739,6 +824,7 @@ impl ScenarioFile {
         }
         let mut names = std::collections::HashSet::new();
         let mut tenants = Vec::new();
+        let host_names: Vec<Option<String>> = self.tenants.iter().map(|t| t.host.clone()).collect();
         for (ti, t) in self.tenants.into_iter().enumerate() {
             let at = format!("tenant[{ti}]");
             if !names.insert(t.name.clone()) {
@@ -755,6 +841,14 @@ impl ScenarioFile {
             let at = format!("unmanaged[{ui}]");
             unmanaged.push(u.validate(duration, &names).map_err(|e| e.under(&at))?);
         }
+        let cluster = checked_cluster(
+            self.cluster.as_ref(),
+            &host_names,
+            &mut tenants,
+            &unmanaged,
+            duration,
+            interval,
+        )?;
         Ok(Scenario {
             name: self.name,
             description: self.description,
@@ -767,9 +861,139 @@ impl ScenarioFile {
             policy: self.policy,
             tenants,
             unmanaged,
+            cluster,
             time_scale: 1.0,
         })
     }
+}
+
+/// A host name as etcd keys and the daemon's `[cluster] host` take it.
+fn checked_host_name(key: &str, name: &str) -> Checked<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        bad(
+            key,
+            format!("`{name}` is not a host name (1–64 of A–Z a–z 0–9 - _ .)"),
+        )
+    }
+}
+
+/// The cluster of a scenario whose tenants name their hosts: every tenant
+/// names one or none does, events name known hosts in time order, and the
+/// exchange's times fit the interval.
+fn checked_cluster(
+    file: Option<&ClusterFile>,
+    host_names: &[Option<String>],
+    tenants: &mut [Tenant],
+    unmanaged: &[Unmanaged],
+    duration: Duration,
+    interval: Duration,
+) -> Checked<Option<Cluster>> {
+    let Some(first) = host_names.iter().position(Option::is_some) else {
+        if file.is_some() {
+            return bad(
+                "cluster",
+                "no tenant names its `host`: a cluster needs them",
+            );
+        }
+        return Ok(None);
+    };
+    let mut hosts: Vec<String> = Vec::new();
+    for (ti, name) in host_names.iter().enumerate() {
+        let key = format!("tenant[{ti}].host");
+        let Some(name) = name else {
+            return bad(
+                &key,
+                format!("missing: `tenant[{first}]` names its host, so every tenant must"),
+            );
+        };
+        checked_host_name(&key, name)?;
+        let index = match hosts.iter().position(|h| h == name) {
+            Some(i) => i,
+            None => {
+                hosts.push(name.clone());
+                hosts.len() - 1
+            }
+        };
+        tenants[ti].host = Some(index);
+    }
+    if let Some(ui) = unmanaged
+        .iter()
+        .position(|u| u.origin == UnmanagedOrigin::ThisHost)
+    {
+        return bad(
+            &format!("unmanaged[{ui}].origin"),
+            "a cluster scenario has no one host for `this-host` load: use `other-host`",
+        );
+    }
+    let file = file.cloned().unwrap_or_default();
+    let delay = file.delay.map(|d| d.0).unwrap_or(interval / 2);
+    if delay >= interval {
+        return bad(
+            "cluster.delay",
+            format!("must be shorter than the interval ({interval:?}), got {delay:?}"),
+        );
+    }
+    let lease_ttl = file
+        .lease_ttl
+        .map(|d| d.0)
+        .unwrap_or(Duration::from_secs(3));
+    if lease_ttl < interval {
+        return bad(
+            "cluster.lease_ttl",
+            format!("must be at least the interval ({interval:?}), got {lease_ttl:?}"),
+        );
+    }
+    let stale_after = file.stale_after.map(|d| d.0).unwrap_or(interval * 3);
+    if stale_after < interval {
+        return bad(
+            "cluster.stale_after",
+            format!("must be at least the interval ({interval:?}), got {stale_after:?}"),
+        );
+    }
+    let mut events: Vec<(Duration, usize, ClusterEventKind)> = Vec::new();
+    for (ei, e) in file.events.iter().enumerate() {
+        let key = |k: &str| format!("cluster.event[{ei}].{k}");
+        let Some(host) = hosts.iter().position(|h| *h == e.host) else {
+            return bad(
+                &key("host"),
+                format!(
+                    "no tenant runs on `{}` (hosts: {})",
+                    e.host,
+                    hosts.join(", ")
+                ),
+            );
+        };
+        if e.at.0 >= duration {
+            return bad(
+                &key("at"),
+                format!("{:?} is not before the end of the run", e.at.0),
+            );
+        }
+        if events.last().is_some_and(|(prev, _, _)| *prev > e.at.0) {
+            return bad(&key("at"), "events must be listed in time order");
+        }
+        events.push((e.at.0, host, e.kind));
+    }
+    Ok(Some(Cluster {
+        hosts,
+        delay,
+        lease_ttl,
+        stale_after,
+        events,
+        declared: Placed {
+            value: host_names[first].clone().unwrap_or_default(),
+            path: String::new(),
+            line: None,
+            key: format!("tenant[{first}].host"),
+        },
+    }))
 }
 
 impl UnmanagedFile {
@@ -1112,6 +1336,91 @@ ramp = { every = "10s", max = 4 }
         assert_eq!(
             placed.error("is not a block device").to_string(),
             format!("x.toml:{line}: `unmanaged[0].device` is not a block device")
+        );
+    }
+
+    /// BASE with a second tenant, both on hosts, and `extra` appended.
+    fn cluster_text(host_a: &str, extra: &str) -> String {
+        let two = format!(
+            "{BASE}[[tenant]]\nname = \"b\"\nhost = \"h2\"\n[[tenant.job]]\nrw = \"read\"\nbs = \"4k\"\n"
+        );
+        two.replacen("name = \"a\"", &format!("name = \"a\"\n{host_a}"), 1) + extra
+    }
+
+    #[test]
+    fn tenants_on_hosts_make_a_cluster_with_the_daemons_defaults() {
+        let s = Scenario::parse(
+            &cluster_text(
+                "host = \"h1\"",
+                "[cluster]\nlease_ttl = \"2s\"\n[[cluster.event]]\nat = \"20s\"\nhost = \"h1\"\nkind = \"kill\"\n[[cluster.event]]\nat = \"30s\"\nhost = \"h2\"\nkind = \"partition\"\n",
+            ),
+            "c.toml",
+        )
+        .unwrap();
+        let c = s.cluster.as_ref().unwrap();
+        assert_eq!(c.hosts, vec!["h1", "h2"]);
+        assert_eq!((s.tenants[0].host, s.tenants[1].host), (Some(0), Some(1)));
+        assert_eq!(c.delay, Duration::from_millis(500), "half the interval");
+        assert_eq!(c.lease_ttl, Duration::from_secs(2));
+        assert_eq!(c.stale_after, Duration::from_secs(3), "3 intervals");
+        assert_eq!(
+            c.events[1],
+            (Duration::from_secs(30), 1, ClusterEventKind::Partition)
+        );
+        assert_eq!(
+            s.time_scaled(0.5).cluster.unwrap().events[0].0,
+            Duration::from_secs(10)
+        );
+        let alone = s.alone(1);
+        assert!(alone.cluster.is_none() && alone.tenants[0].host.is_none());
+        assert!(Scenario::parse(BASE, "t.toml").unwrap().cluster.is_none());
+    }
+
+    #[test]
+    fn bad_clusters_name_their_key_and_line() {
+        let e = err_of(&cluster_text("", ""));
+        assert!(
+            e.starts_with("bad.toml:12: `tenant[0].host` missing: `tenant[1]` names its host"),
+            "{e}"
+        );
+        let e = err_of(&cluster_text("host = \"h 1\"", ""));
+        assert!(
+            e.starts_with("bad.toml:14: `tenant[0].host` `h 1` is not a host name"),
+            "{e}"
+        );
+        let e = err_of(&format!("{BASE}[cluster]\n"));
+        assert!(e.contains("`cluster` no tenant names its `host`"), "{e}");
+        let e = err_of(&cluster_text(
+            "host = \"h1\"",
+            "[cluster]\ndelay = \"1s\"\n",
+        ));
+        assert!(
+            e.contains("`cluster.delay` must be shorter than the interval"),
+            "{e}"
+        );
+        let e = err_of(&cluster_text(
+            "host = \"h1\"",
+            "[[cluster.event]]\nat = \"5s\"\nhost = \"h9\"\nkind = \"kill\"\n",
+        ));
+        let line = cluster_text("host = \"h1\"", "").lines().count() + 3;
+        assert!(
+            e.starts_with(&format!(
+                "bad.toml:{line}: `cluster.event[0].host` no tenant runs on `h9` (hosts: h1, h2)"
+            )),
+            "{e}"
+        );
+        let e = err_of(&cluster_text(
+            "host = \"h1\"",
+            "[[cluster.event]]\nat = \"5s\"\nhost = \"h1\"\nkind = \"reboot\"\n",
+        ));
+        assert!(e.contains("unknown variant `reboot`"), "{e}");
+        let e = err_of(&cluster_text(
+            "host = \"h1\"",
+            "[[unmanaged]]\nname = \"x\"\norigin = \"this-host\"\n[[unmanaged.job]]\nrw = \"read\"\nbs = \"4k\"\n",
+        ));
+        assert!(
+            e.contains("`unmanaged[0].origin` a cluster scenario has no one host"),
+            "{e}"
         );
     }
 }

@@ -36,6 +36,34 @@ pub struct RunEnvironment {
     pub device_model: Option<CostParams>,
 }
 
+/// What drives the throttles of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// The policy: on the one host, or in a cluster scenario run by the
+    /// cluster's allocator over every host's tenants.
+    Policy(PolicyKind),
+    /// A cluster scenario with each host running the policy over its own
+    /// tenants, with the whole device's model and nothing from the others:
+    /// the single-host daemon on every host, the cluster mode's baseline.
+    HostsAlone(PolicyKind),
+}
+
+impl Control {
+    pub fn kind(self) -> PolicyKind {
+        match self {
+            Control::Policy(k) | Control::HostsAlone(k) => k,
+        }
+    }
+
+    /// The run's name in records and tables.
+    pub fn label(self) -> String {
+        match self {
+            Control::Policy(k) => k.as_str().to_string(),
+            Control::HostsAlone(k) => format!("{}-hosts-alone", k.as_str()),
+        }
+    }
+}
+
 /// Where a scenario runs: the simulator, or fio on a real device.
 pub trait Testbed: Sync {
     type Error: std::error::Error + Send;
@@ -62,12 +90,12 @@ pub trait Testbed: Sync {
         scenario.duration.as_secs_f64()
     }
 
-    /// Plays `scenario` with `policy` driving the throttles, or with no
+    /// Plays `scenario` with `control` driving the throttles, or with no
     /// controller at all when `None` (the alone baselines).
     fn run(
         &self,
         scenario: &Scenario,
-        policy: Option<PolicyKind>,
+        control: Option<Control>,
         label: &str,
         progress: &(dyn Fn(f64) + Sync),
     ) -> Result<RawRun, Self::Error>;
@@ -95,12 +123,29 @@ pub fn policies_with_reference(policies: &[PolicyKind]) -> Vec<PolicyKind> {
     out
 }
 
+/// The runs of a scenario: `none` first, then each policy; in a cluster
+/// scenario each policy that throttles also with every host alone, so the
+/// cluster mode's gain is measured beside it.
+pub fn controls(scenario: &Scenario, policies: &[PolicyKind]) -> Vec<Control> {
+    let kinds = policies_with_reference(policies);
+    let mut out: Vec<Control> = kinds.iter().map(|k| Control::Policy(*k)).collect();
+    if scenario.cluster.is_some() {
+        out.extend(
+            kinds
+                .iter()
+                .filter(|k| **k != PolicyKind::None)
+                .map(|k| Control::HostsAlone(*k)),
+        );
+    }
+    out
+}
+
 /// A task's outcome, empty until it has run.
 type Slot<E> = Mutex<Option<Result<RawRun, E>>>;
 
 enum Task {
     Alone(usize, Box<Scenario>),
-    Policy(PolicyKind),
+    Policy(Control),
 }
 
 /// Runs every tenant alone and every requested policy plus `none`, and
@@ -113,7 +158,7 @@ pub fn run_policies<T: Testbed>(
     progress: &(dyn Fn(f64, &str) + Sync),
 ) -> Result<Vec<RunRecord>, HarnessError<T>> {
     let started = SystemTime::now();
-    let kinds = policies_with_reference(policies);
+    let kinds = controls(scenario, policies);
     let n = scenario.tenants.len();
     let mut tasks: Vec<Task> = (0..n)
         .map(|i| Task::Alone(i, Box::new(testbed.alone_scenario(scenario, i))))
@@ -123,7 +168,7 @@ pub fn run_policies<T: Testbed>(
         .iter()
         .map(|t| match t {
             Task::Alone(i, _) => format!("{} alone", scenario.tenants[*i].spec.name),
-            Task::Policy(k) => k.as_str().to_string(),
+            Task::Policy(c) => c.label(),
         })
         .collect();
     let efforts: Vec<f64> = tasks
@@ -153,7 +198,7 @@ pub fn run_policies<T: Testbed>(
         };
         let out = match &tasks[k] {
             Task::Alone(_, sc) => testbed.run(sc, None, &labels[k], &report),
-            Task::Policy(kind) => testbed.run(scenario, Some(*kind), &labels[k], &report),
+            Task::Policy(control) => testbed.run(scenario, Some(*control), &labels[k], &report),
         };
         let out = out.and_then(|run| testbed.settle().map(|()| run));
         if out.is_err() {
@@ -199,7 +244,7 @@ pub fn run_policies<T: Testbed>(
     Ok(kinds
         .iter()
         .zip(policy_runs)
-        .map(|(kind, run)| assemble(testbed, scenario, kind.as_str(), run, &alone, &env))
+        .map(|(control, run)| assemble(testbed, scenario, &control.label(), run, &alone, &env))
         .collect())
 }
 

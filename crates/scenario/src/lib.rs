@@ -13,5 +13,5 @@ mod locate;
 pub mod stats;
 
 pub use format::{Scenario, ScenarioError};
-pub use harness::{run_policies, HarnessError, RawRun, RunEnvironment, Testbed};
+pub use harness::{controls, run_policies, Control, HarnessError, RawRun, RunEnvironment, Testbed};
 pub use stats::{DecisionStats, LatencyRecorder};

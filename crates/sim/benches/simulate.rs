@@ -2,7 +2,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use iofloor_core::policy::PolicyKind;
-use iofloor_scenario::Scenario;
+use iofloor_scenario::{Control, Scenario};
 use iofloor_sim::simulate;
 use std::path::PathBuf;
 
@@ -18,10 +18,10 @@ fn bench(c: &mut Criterion) {
     group.sample_size(10);
     // The hybrid scenario at a tenth of its length: ~2.2 M I/Os of 4 KiB reads.
     let sc = scenario("hybrid").time_scaled(0.1);
-    let ios = simulate(&sc, Some(PolicyKind::Floor), &|_| {}).ios_completed;
+    let ios = simulate(&sc, Some(Control::Policy(PolicyKind::Floor)), &|_| {}).ios_completed;
     group.throughput(Throughput::Elements(ios));
     group.bench_function("hybrid-8s-floor", |b| {
-        b.iter(|| simulate(&sc, Some(PolicyKind::Floor), &|_| {}))
+        b.iter(|| simulate(&sc, Some(Control::Policy(PolicyKind::Floor)), &|_| {}))
     });
     group.finish();
 }

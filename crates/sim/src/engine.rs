@@ -7,17 +7,19 @@
 
 use iofloor_core::control::{Backend, Controller, Counters, DeviceCounters};
 use iofloor_core::model::{Caps, Direction, TenantClass, TenantSpec};
-use iofloor_core::policy::{self, PolicyContext, PolicyKind};
+use iofloor_core::policy::{self, PolicyContext};
 use iofloor_core::units::Rate;
 use iofloor_report::record::{DeviceWindow, LatencySummary, TenantWindow, Throughput, Window};
-use iofloor_scenario::format::{Job, JobState, Scenario, UnmanagedOrigin};
-use iofloor_scenario::{DecisionStats, LatencyRecorder};
+use iofloor_scenario::format::{ClusterEventKind, Job, JobState, Scenario, UnmanagedOrigin};
+use iofloor_scenario::{Control, DecisionStats, LatencyRecorder};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 use rand_distr::Exp1;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::cluster::SimCluster;
 
 const NS: f64 = 1e9;
 /// blk-throttle's time slice on non-rotational devices (DFL_THROTL_SLICE_SSD, 20 ms):
@@ -35,10 +37,20 @@ enum Kind {
     Phase,
     Control,
     Window,
-    DeviceChange,
+    /// Something the scenario or the cluster schedules, told by `b`:
+    /// `[[device.change]]` number `a` ([`DEVICE_CHANGE`]), a cluster's
+    /// allocator round `delay` after the agents' tick ([`ALLOCATE`]), or
+    /// `[[cluster.event]]` number `a` ([`HOST_EVENT`]).
+    Scheduled,
 }
 
+/// `b` of a [`Kind::Scheduled`] event.
+const DEVICE_CHANGE: u32 = 0;
+const ALLOCATE: u32 = 1;
+const HOST_EVENT: u32 = 2;
+
 impl Kind {
+    /// Eight kinds: the kind rides in 3 bits of an event's payload.
     const ALL: [Kind; 8] = [
         Kind::Complete,
         Kind::PathDone,
@@ -47,7 +59,7 @@ impl Kind {
         Kind::Phase,
         Kind::Control,
         Kind::Window,
-        Kind::DeviceChange,
+        Kind::Scheduled,
     ];
 }
 
@@ -120,7 +132,11 @@ struct Io {
     cost: f64,
     /// From another host: served by the device, absent from this host's counters.
     hidden: bool,
+    /// The cluster host whose disk counters it shows in ([`NO_HOST`]: none).
+    host: u32,
 }
+
+const NO_HOST: u32 = u32::MAX;
 
 /// One fio process of a job.
 #[derive(Debug, Clone)]
@@ -225,6 +241,38 @@ struct TenantRt {
     managed: bool,
     /// Unmanaged load from another host (absent from the device's counters).
     hidden: bool,
+    /// Its cluster host, or [`NO_HOST`].
+    host: u32,
+}
+
+/// One cluster host's view of the shared device: its own I/Os at the
+/// device, as its /proc/diskstats counts them (another host's are not there).
+#[derive(Debug, Clone, Copy, Default)]
+struct DiskView {
+    depth: u64,
+    completions: u64,
+    queue_area: u128,
+    busy_ns: u64,
+    last_change: u64,
+}
+
+impl DiskView {
+    fn account(&mut self, now: u64) {
+        let dt = now - self.last_change;
+        self.queue_area += self.depth as u128 * dt as u128;
+        if self.depth > 0 {
+            self.busy_ns += dt;
+        }
+        self.last_change = now;
+    }
+
+    fn counters(&self) -> DeviceCounters {
+        DeviceCounters {
+            busy_ns: self.busy_ns,
+            queue_ns: self.queue_area.min(u64::MAX as u128) as u64,
+            completions: self.completions,
+        }
+    }
 }
 
 struct DeviceRt {
@@ -275,6 +323,8 @@ pub struct EngineOutput {
     pub ios_completed: u64,
     pub ios_issued: u64,
     pub ios_in_flight: u64,
+    /// In a cluster run: from when each host was the allocator (its first round).
+    pub allocators: Vec<(Duration, String)>,
 }
 
 pub struct Engine<'s> {
@@ -298,6 +348,8 @@ pub struct Engine<'s> {
     window_ns: u64,
     /// The controller's capacity estimate after its last decision.
     capacity_estimate: Option<f64>,
+    /// Per cluster host (empty on one host).
+    host_views: Vec<DiskView>,
 }
 
 impl<'s> Engine<'s> {
@@ -322,18 +374,22 @@ impl<'s> Engine<'s> {
             warmup_ns: sc.warmup.as_nanos() as u64,
             window_ns: 1_000_000_000,
             capacity_estimate: None,
+            host_views: vec![DiskView::default(); sc.cluster.as_ref().map_or(0, |c| c.hosts.len())],
         };
         let unmanaged = sc.unmanaged.iter().map(|u| {
             let spec = TenantSpec::new(u.name.clone(), TenantClass::Container);
             let hidden = u.origin == UnmanagedOrigin::OtherHost;
-            (spec, None, &u.jobs, false, hidden)
+            (spec, None, &u.jobs, false, hidden, NO_HOST)
         });
         let sources = sc
             .tenants
             .iter()
-            .map(|t| (t.spec.clone(), t.vm_path, &t.jobs, true, false))
+            .map(|t| {
+                let host = t.host.map_or(NO_HOST, |h| h as u32);
+                (t.spec.clone(), t.vm_path, &t.jobs, true, false, host)
+            })
             .chain(unmanaged);
-        for (ti, (spec, vm_path, jobs, managed, hidden)) in sources.enumerate() {
+        for (ti, (spec, vm_path, jobs, managed, hidden, host)) in sources.enumerate() {
             if managed {
                 e.by_name.insert(spec.name.clone(), ti as u32);
             }
@@ -359,6 +415,7 @@ impl<'s> Engine<'s> {
                 latency: LatencyRecorder::default(),
                 managed,
                 hidden,
+                host,
             });
             for job in jobs {
                 let ji = e.jobs.len() as u32;
@@ -383,7 +440,12 @@ impl<'s> Engine<'s> {
             }
         }
         for (ci, (at, _)) in sc.device.changes.iter().enumerate() {
-            e.push(at.as_nanos() as u64, Kind::DeviceChange, ci as u32, 0);
+            e.push(
+                at.as_nanos() as u64,
+                Kind::Scheduled,
+                ci as u32,
+                DEVICE_CHANGE,
+            );
         }
         e
     }
@@ -470,6 +532,7 @@ impl<'s> Engine<'s> {
                 issued: self.now,
                 cost,
                 hidden: self.tenants[tenant as usize].hidden,
+                host: self.tenants[tenant as usize].host,
             };
             let idx = match self.free.pop() {
                 Some(i) => {
@@ -622,8 +685,13 @@ impl<'s> Engine<'s> {
 
     fn device_submit(&mut self, idx: u32) {
         self.account_device();
-        if !self.ios[idx as usize].hidden {
+        let io = self.ios[idx as usize];
+        if !io.hidden {
             self.dev.local_depth += 1;
+        }
+        if let Some(view) = self.host_views.get_mut(io.host as usize) {
+            view.account(self.now);
+            view.depth += 1;
         }
         if self.dev.stage.busy < self.dev.stage.slots {
             self.dev.stage.busy += 1;
@@ -665,6 +733,11 @@ impl<'s> Engine<'s> {
         if !io.hidden {
             self.dev.local_depth -= 1;
             self.dev.completions += 1;
+        }
+        if let Some(view) = self.host_views.get_mut(io.host as usize) {
+            view.account(self.now);
+            view.depth -= 1;
+            view.completions += 1;
         }
         let latency = self.now - io.issued;
         let t = &mut self.tenants[io.tenant as usize];
@@ -738,25 +811,91 @@ impl<'s> Engine<'s> {
         self.windows.push(Window { t, tenants, device });
     }
 
-    /// Runs to the end. `policy` None runs no controller at all.
-    pub fn run(mut self, policy: Option<PolicyKind>, progress: &dyn Fn(f64)) -> EngineOutput {
+    /// One control interval of whatever drives the throttles.
+    fn control(&mut self, driver: &mut Driver, decisions: &mut DecisionStats) {
+        let now = Duration::from_nanos(self.now);
+        match driver {
+            Driver::Nothing => {}
+            Driver::OneHost(c) => {
+                let report = c.tick(
+                    now,
+                    &mut SimBackend {
+                        engine: self,
+                        view: None,
+                    },
+                );
+                decisions.record(report.decision_time);
+                self.capacity_estimate = c.capacity_estimate();
+            }
+            Driver::HostsAlone(controllers) => {
+                for (h, c) in controllers.iter_mut().enumerate() {
+                    let Some(c) = c else { continue };
+                    let view = Some(h);
+                    let report = c.tick(now, &mut SimBackend { engine: self, view });
+                    decisions.record(report.decision_time);
+                }
+            }
+            Driver::Cluster(cluster) => {
+                cluster.tick(|h, c| {
+                    let view = Some(h);
+                    let report = c.tick(now, &mut SimBackend { engine: self, view });
+                    decisions.record(report.decision_time);
+                });
+                let at = self.now + cluster.delay().as_nanos() as u64;
+                self.push(at, Kind::Scheduled, 0, ALLOCATE);
+            }
+        }
+    }
+
+    /// Runs to the end. `control` None runs no controller at all.
+    pub fn run(mut self, control: Option<Control>, progress: &dyn Fn(f64)) -> EngineOutput {
         let end = self.sc.duration.as_nanos() as u64;
         let interval = self.sc.interval.as_nanos() as u64;
-        let mut controller = policy.map(|kind| {
-            let ctx = PolicyContext {
-                cost: self.sc.policy_model,
-                capacity: 1.0,
-            };
-            let specs = self
-                .tenants
-                .iter()
-                .filter(|t| t.managed)
-                .map(|t| t.spec.clone())
-                .collect();
-            Controller::new(policy::build(kind, &self.sc.policy, ctx), specs)
-        });
-        if controller.is_some() {
+        let specs: Vec<Arc<TenantSpec>> = self
+            .tenants
+            .iter()
+            .filter(|t| t.managed)
+            .map(|t| t.spec.clone())
+            .collect();
+        let ctx = PolicyContext {
+            cost: self.sc.policy_model,
+            capacity: 1.0,
+        };
+        let mut driver = match (control, &self.sc.cluster) {
+            (None, _) => Driver::Nothing,
+            (Some(c), None) => Driver::OneHost(Controller::new(
+                policy::build(c.kind(), &self.sc.policy, ctx),
+                specs,
+            )),
+            (Some(Control::Policy(kind)), Some(_)) => {
+                Driver::Cluster(Box::new(SimCluster::new(self.sc, kind, &specs)))
+            }
+            (Some(Control::HostsAlone(kind)), Some(cluster)) => Driver::HostsAlone(
+                (0..cluster.hosts.len())
+                    .map(|h| {
+                        let mine = self
+                            .sc
+                            .tenants
+                            .iter()
+                            .zip(&specs)
+                            .filter(|(t, _)| t.host == Some(h))
+                            .map(|(_, s)| s.clone())
+                            .collect();
+                        let c = Controller::new(policy::build(kind, &self.sc.policy, ctx), mine);
+                        Some(c)
+                    })
+                    .collect(),
+            ),
+        };
+        if !matches!(driver, Driver::Nothing) {
             self.push(0, Kind::Control, 0, 0);
+        }
+        if matches!(driver, Driver::Cluster(_) | Driver::HostsAlone(_)) {
+            if let Some(c) = &self.sc.cluster {
+                for (ei, (at, _, _)) in c.events.iter().enumerate() {
+                    self.push(at.as_nanos() as u64, Kind::Scheduled, ei as u32, HOST_EVENT);
+                }
+            }
         }
         self.push(self.window_ns, Kind::Window, 0, 0);
         let mut decisions = DecisionStats::default();
@@ -775,22 +914,36 @@ impl<'s> Engine<'s> {
                 }
                 Kind::Release => self.release(a, b),
                 Kind::Phase => self.apply_phase(a, b),
-                Kind::DeviceChange => {
+                Kind::Scheduled if b == DEVICE_CHANGE => {
                     self.dev.capacity_factor = self.sc.device.changes[a as usize].1;
                 }
                 Kind::Control => {
-                    if let Some(c) = controller.as_mut() {
-                        let report = c.tick(
-                            Duration::from_nanos(self.now),
-                            &mut SimBackend { engine: &mut self },
-                        );
-                        decisions.record(report.decision_time);
-                        self.capacity_estimate = c.capacity_estimate();
-                    }
+                    self.control(&mut driver, &mut decisions);
                     if self.now + interval <= end {
                         self.push(self.now + interval, Kind::Control, 0, 0);
                     }
                 }
+                Kind::Scheduled if b == ALLOCATE => {
+                    if let Driver::Cluster(c) = &mut driver {
+                        let started = std::time::Instant::now();
+                        c.allocate(Duration::from_nanos(self.now));
+                        decisions.record(started.elapsed());
+                        self.capacity_estimate = c.capacity();
+                    }
+                }
+                Kind::Scheduled => match &mut driver {
+                    Driver::Cluster(c) => c.event(a as usize, Duration::from_nanos(self.now)),
+                    Driver::HostsAlone(controllers) => {
+                        // A killed daemon's caps stay as it last wrote them;
+                        // hosts alone have no etcd to be cut off from.
+                        let (_, h, kind) =
+                            self.sc.cluster.as_ref().expect("a cluster").events[a as usize];
+                        if kind == ClusterEventKind::Kill {
+                            controllers[h] = None;
+                        }
+                    }
+                    _ => {}
+                },
                 Kind::Window => {
                     self.close_window();
                     progress(self.now as f64 / end as f64);
@@ -814,14 +967,30 @@ impl<'s> Engine<'s> {
             ios_completed: self.completed,
             ios_issued: self.issued,
             ios_in_flight: in_flight,
+            allocators: match driver {
+                Driver::Cluster(c) => c.takeovers,
+                _ => Vec::new(),
+            },
         }
     }
 }
 
+/// What drives the throttles of a run.
+enum Driver {
+    Nothing,
+    OneHost(Controller),
+    /// One controller per cluster host, each over its own tenants (None
+    /// once its daemon was killed).
+    HostsAlone(Vec<Option<Controller>>),
+    Cluster(Box<SimCluster>),
+}
+
 /// The engine seen through the same interface as a host: cumulative counters
-/// in, kernel-style caps out.
+/// in, kernel-style caps out. `view` is the cluster host whose disk counters
+/// it reads (None: every I/O this host sees).
 struct SimBackend<'e, 's> {
     engine: &'e mut Engine<'s>,
+    view: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -846,6 +1015,11 @@ impl Backend for SimBackend<'_, '_> {
     }
 
     fn read_device(&mut self) -> Option<DeviceCounters> {
+        if let Some(h) = self.view {
+            let view = self.engine.host_views.get_mut(h)?;
+            view.account(self.engine.now);
+            return Some(view.counters());
+        }
         self.engine.account_device();
         Some(DeviceCounters {
             busy_ns: self.engine.dev.busy_ns,

@@ -1,5 +1,6 @@
 //! iofloor-sim: a deterministic discrete-event simulator of many tenants
-//! sharing one flash device. It models fio-like jobs (closed loop with an
+//! sharing one flash device (on one host, or on several hosts of a cluster
+//! with the cluster crate's agents and allocator). It models fio-like jobs (closed loop with an
 //! iodepth, or rate-limited), Linux blk-throttle, a VM's hypervisor I/O path,
 //! and a device with finite internal parallelism whose service times follow a
 //! linear cost model (optionally with a write cliff). The policies of
@@ -11,19 +12,19 @@
 //! `iofloor_scenario::run_policies(&Simulator::new(threads), ...)` produces
 //! records of the same kind, with the same baselines, as a run on a device.
 
+mod cluster;
 pub mod engine;
 
 use engine::{Engine, EngineOutput};
-use iofloor_core::policy::PolicyKind;
-use iofloor_scenario::{RawRun, RunEnvironment, Scenario, Testbed};
+use iofloor_scenario::{Control, RawRun, RunEnvironment, Scenario, Testbed};
 
 /// Runs one policy (or none at all) on a scenario and returns the raw output.
 pub fn simulate(
     scenario: &Scenario,
-    policy: Option<PolicyKind>,
+    control: Option<Control>,
     progress: &dyn Fn(f64),
 ) -> EngineOutput {
-    Engine::new(scenario).run(policy, progress)
+    Engine::new(scenario).run(control, progress)
 }
 
 /// The simulator as a testbed: runs are deterministic and independent, so
@@ -64,11 +65,11 @@ impl Testbed for Simulator {
     fn run(
         &self,
         scenario: &Scenario,
-        policy: Option<PolicyKind>,
+        control: Option<Control>,
         _label: &str,
         progress: &(dyn Fn(f64) + Sync),
     ) -> Result<RawRun, Self::Error> {
-        let out = simulate(scenario, policy, progress);
+        let out = simulate(scenario, control, progress);
         Ok(RawRun {
             windows: out.windows,
             latency: out.latency,
