@@ -57,6 +57,14 @@ pub struct AgentRule {
     mode: Mode,
 }
 
+/// The least of the capacity the fallback rule shares beyond the floors.
+/// With the learned capacity below the floors nothing is left beyond them,
+/// and a tenant without a floor was held at the cost model's minimum (1
+/// IOPS on the test bed: a cut-off host's fio never finished). 5 % of the
+/// capacity over all hosts overcommits a device already short of its floors
+/// by at most 5 %, and lets every tenant progress.
+pub const FALLBACK_MIN_SHARE: f64 = 0.05;
+
 /// What the fallback rule shares out.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Budget {
@@ -159,9 +167,10 @@ impl AgentRule {
     }
 
     /// Each tenant's floor, plus the host's equal share of what the cluster
-    /// had beyond all floors, shared by weight among all its tenants (an
-    /// idle one keeps its share, so it is not stalled when it starts) and
-    /// held to their ceilings.
+    /// had beyond all floors (at least [`FALLBACK_MIN_SHARE`] of the
+    /// capacity), shared by weight among all its tenants (an idle one keeps
+    /// its share, so it is not stalled when it starts) and held to their
+    /// ceilings.
     fn fallback(&self, tenants: &[TenantSample], budget: Budget) -> Vec<Caps> {
         let mix_of = |t: &TenantSample| self.mixes.get(&t.spec.name).copied();
         let floor_cost = |t: &TenantSample| -> f64 {
@@ -171,7 +180,8 @@ impl AgentRule {
                 _ => 0.0,
             }
         };
-        let surplus = (budget.capacity - budget.floors).max(0.0) / budget.hosts as f64;
+        let surplus = (budget.capacity - budget.floors).max(FALLBACK_MIN_SHARE * budget.capacity)
+            / budget.hosts as f64;
         let weights: f64 = tenants.iter().map(|t| t.spec.weight).sum();
         tenants
             .iter()
@@ -386,5 +396,24 @@ mod tests {
         }
         let caps = rule.decide(&snapshot(2, &tenants), 1);
         assert!((caps[0].read_iops.unwrap() - 200.0).abs() < 1.0);
+    }
+
+    #[test]
+    fn fallback_below_the_floors_keeps_a_minimum_share_for_tenants_without_one() {
+        let mut rule = AgentRule::new(cost(), Duration::from_secs(3));
+        let tenants = [
+            sample("db", Some(1000.0), 800.0),
+            sample("noisy", None, 2000.0),
+        ];
+        let mut short = allocation(4, 1, 1234.0);
+        (short.capacity, short.floors, short.hosts) = (0.4, 0.5, 2);
+        rule.receive(short, Duration::from_secs(1));
+        let caps = rule.decide(&snapshot(10, &tenants), 2);
+        assert_eq!(rule.mode(), Mode::Fallback);
+        // 5 % of 0.4 over 2 hosts = 0.01, split by weight: 0.005 each = 20 IOPS.
+        let noisy = caps[1].read_iops.unwrap();
+        assert!((noisy - 20.0).abs() < 1.0, "{noisy}");
+        let db = caps[0].read_iops.unwrap();
+        assert!((db - 1020.0).abs() < 1.0, "the floor and its share: {db}");
     }
 }
