@@ -19,6 +19,7 @@ pub mod coord;
 pub mod local;
 #[cfg(feature = "etcd")]
 pub mod runtime;
+pub mod view;
 pub mod wire;
 
 pub use agent::{AgentPolicy, AgentRule, Mailbox, Mode};
@@ -28,5 +29,8 @@ pub use coord::{CoordError, Coordinator, Etcd, EtcdOptions, Leadership};
 #[cfg(feature = "etcd")]
 pub use local::LocalEtcd;
 #[cfg(feature = "etcd")]
-pub use runtime::{start, AgentHandle, AgentSettings, ClusterError, ClusterStatus, Keys, Role};
+pub use runtime::{
+    start, AgentHandle, AgentSettings, ClusterError, ClusterReader, ClusterStatus, Keys, Role,
+};
+pub use view::ClusterView;
 pub use wire::{Allocation, HostReport, TenantReport, WireError, SCHEMA};

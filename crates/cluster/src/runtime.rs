@@ -13,6 +13,7 @@
 use crate::agent::Mailbox;
 use crate::allocate::Allocator;
 use crate::coord::{CoordError, Coordinator, Leadership, Lease};
+use crate::view::ClusterView;
 use crate::wire::{Allocation, HostReport};
 use iofloor_core::{PolicyContext, PolicyKind, PolicyParams};
 use serde::Serialize;
@@ -46,8 +47,11 @@ impl Keys {
     pub fn report(&self, device: &str, host: &str) -> String {
         format!("{}{host}", self.reports(device))
     }
+    pub fn allocations(&self, device: &str) -> String {
+        format!("{}/allocations/{device}/", self.root)
+    }
     pub fn allocation(&self, device: &str, host: &str) -> String {
-        format!("{}/allocations/{device}/{host}", self.root)
+        format!("{}{host}", self.allocations(device))
     }
     pub fn election(&self, device: &str) -> String {
         format!("{}/allocator/{device}", self.root)
@@ -164,6 +168,61 @@ async fn join<C: Coordinator>(
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         }
+    }
+}
+
+/// Reads the whole cluster from etcd on demand (the API's
+/// `/api/v1/cluster`), apart from the agent's task: a view asked for now and
+/// then costs the agent's interval nothing.
+#[derive(Clone)]
+pub struct ClusterReader<C: Coordinator> {
+    coord: C,
+    keys: Keys,
+    cluster: String,
+    device: String,
+}
+
+impl<C: Coordinator> ClusterReader<C> {
+    pub fn new(coord: C, settings: &AgentSettings) -> ClusterReader<C> {
+        ClusterReader {
+            coord,
+            keys: Keys::new(&settings.cluster),
+            cluster: settings.cluster.clone(),
+            device: settings.device.clone(),
+        }
+    }
+
+    /// Every live host's report and the allocations of this device; values
+    /// that do not decode are left out (the agents log them).
+    pub async fn read(&self) -> Result<ClusterView, CoordError> {
+        let mut coord = self.coord.clone();
+        let decoded = |kvs: Vec<(String, Vec<u8>)>| -> Vec<Vec<u8>> {
+            kvs.into_iter().map(|(_, v)| v).collect()
+        };
+        let reports: Vec<HostReport> =
+            decoded(coord.get_prefix(&self.keys.reports(&self.device)).await?)
+                .iter()
+                .filter_map(|v| HostReport::decode(v).ok())
+                .collect();
+        let allocations: Vec<Allocation> = decoded(
+            coord
+                .get_prefix(&self.keys.allocations(&self.device))
+                .await?,
+        )
+        .iter()
+        .filter_map(|v| Allocation::decode(v).ok())
+        .collect();
+        let allocator = coord
+            .leader(&self.keys.election(&self.device))
+            .await?
+            .map(|v| String::from_utf8_lossy(&v).into_owned());
+        Ok(ClusterView::build(
+            &self.cluster,
+            &self.device,
+            allocator,
+            &reports,
+            &allocations,
+        ))
     }
 }
 

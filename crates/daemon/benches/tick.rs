@@ -116,7 +116,7 @@ fn service(config: Config) -> Service {
     let (ticks, _) = tokio::sync::broadcast::channel(16);
     let shared = Arc::new(Shared {
         view: Mutex::new(Service::initial_view(&config)),
-        metrics: Metrics::new(),
+        metrics: Metrics::new("bench"),
         ticks,
         token: Mutex::new(None),
         cluster: None,

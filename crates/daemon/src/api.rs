@@ -72,6 +72,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/", get(|| async { Html(DASHBOARD) }))
         .route("/metrics", get(metrics))
         .route("/api/v1/status", get(status))
+        .route("/api/v1/cluster", get(cluster))
         .route("/api/v1/tenants", get(tenants))
         .route("/api/v1/tenants/{*name}", get(tenant).patch(patch_tenant))
         .route("/api/v1/admission", get(admission))
@@ -106,6 +107,35 @@ async fn metrics(State(s): State<ApiState>, headers: HeaderMap) -> Response {
             s.shared.metrics.encode_classic(),
         )
             .into_response()
+    }
+}
+
+/// The whole cluster (every host's tenants of the shared device), read
+/// from etcd now: any agent answers.
+async fn cluster(State(state): State<ApiState>) -> Response {
+    let Some(link) = &state.shared.cluster else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "not in cluster mode: the config has no [cluster] section",
+        );
+    };
+    let reader = link
+        .reader
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let Some(reader) = reader else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not joined to the cluster yet",
+        );
+    };
+    match reader.read().await {
+        Ok(view) => Json(view).into_response(),
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("etcd did not answer: {e}"),
+        ),
     }
 }
 

@@ -414,14 +414,12 @@ impl Checker<'_> {
         key_part("name", &name)?;
         let host = match c.host {
             Some(h) => h,
-            None => std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_string())
-                .map_err(|e| {
-                    bad(
-                        "host",
-                        format!("not given and the hostname is unreadable: {e}"),
-                    )
-                })?,
+            None => machine_hostname().map_err(|e| {
+                bad(
+                    "host",
+                    format!("not given and the hostname is unreadable: {e}"),
+                )
+            })?,
         };
         key_part("host", &host)?;
         let device = match &c.device {
@@ -761,6 +759,11 @@ impl Config {
             cluster,
         })
     }
+}
+
+/// The machine's hostname, as the kernel has it.
+pub fn machine_hostname() -> std::io::Result<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string())
 }
 
 #[cfg(test)]

@@ -69,9 +69,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
 
     let (ticks, _) = tokio::sync::broadcast::channel(16);
+    let host = match &config.cluster {
+        Some(c) => c.host.clone(),
+        // Only a label: a machine without a readable hostname is still served.
+        None => config::machine_hostname().unwrap_or_else(|_| "localhost".into()),
+    };
     let shared = Arc::new(Shared {
         view: Mutex::new(Service::initial_view(&config)),
-        metrics: metrics::Metrics::new(),
+        metrics: metrics::Metrics::new(&host),
         ticks,
         token: Mutex::new(None),
         cluster: config.cluster.as_ref().map(|_| ClusterLink::default()),
@@ -85,6 +90,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     // refused before any tenant is touched.
     let agent = match (etcd, service.cluster_settings(), &shared.cluster) {
         (Some(etcd), Some(settings), Some(link)) => {
+            let reader = iofloor_cluster::ClusterReader::new(etcd.clone(), &settings);
+            *link.reader.lock().unwrap() = Some(reader);
             let agent = match iofloor_cluster::start(etcd, settings, link.mailbox.clone()).await {
                 Ok(agent) => agent,
                 Err(e) => {

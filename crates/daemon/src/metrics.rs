@@ -52,18 +52,17 @@ struct DeviceLabels {
     device: String,
 }
 
-/// Cluster mode: which cluster, which host this agent is, which shared device.
+/// Cluster mode: which cluster, which shared device (the host is the
+/// registry's own label, on every metric).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClusterLabels {
     cluster: String,
-    host: String,
     device: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClusterModeLabels {
     cluster: String,
-    host: String,
     device: String,
     mode: String,
 }
@@ -112,14 +111,13 @@ fn unit_label(r: Rate) -> &'static str {
     }
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Metrics {
-    pub fn new() -> Metrics {
+    /// Every metric carries `host`: the cluster's host name in cluster
+    /// mode, else the machine's hostname. Prometheus' `instance` names the
+    /// scrape target, which is not the host when agents are scraped through
+    /// a proxy or several share an address; `host` says whose tenants these
+    /// are when a cluster's series are put together.
+    pub fn new(host: &str) -> Metrics {
         let mut m = Metrics {
             iops: Family::default(),
             bytes: Family::default(),
@@ -148,7 +146,10 @@ impl Metrics {
             cluster_allocation_age: Family::default(),
             cluster_leases_lost: Family::default(),
             cluster_mode: Family::default(),
-            registry: Registry::default(),
+            registry: Registry::with_labels(std::iter::once((
+                std::borrow::Cow::Borrowed("host"),
+                std::borrow::Cow::Owned(host.to_string()),
+            ))),
         };
         let r = &mut m.registry;
         r.register(
@@ -448,7 +449,6 @@ impl Metrics {
     pub fn cluster(&self, c: &crate::view::ClusterView) {
         let l = ClusterLabels {
             cluster: c.cluster.clone(),
-            host: c.host.clone(),
             device: c.device.clone(),
         };
         let flag = |b: bool| if b { 1.0 } else { 0.0 };
@@ -476,7 +476,6 @@ impl Metrics {
             self.cluster_mode
                 .get_or_create(&ClusterModeLabels {
                     cluster: c.cluster.clone(),
-                    host: c.host.clone(),
                     device: c.device.clone(),
                     mode: mode.into(),
                 })
@@ -531,11 +530,13 @@ mod tests {
 
     #[test]
     fn classic_text_names_counter_families_as_their_samples() {
-        let m = Metrics::new();
+        let m = Metrics::new("h1");
         m.tick(0.001, true);
         let classic = m.encode_classic();
         assert!(
-            classic.contains("# TYPE iofloor_ticks_total counter\niofloor_ticks_total 1\n"),
+            classic.contains(
+                "# TYPE iofloor_ticks_total counter\niofloor_ticks_total{host=\"h1\"} 1\n"
+            ),
             "{classic}"
         );
         assert!(

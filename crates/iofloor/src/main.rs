@@ -91,7 +91,7 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Calibrate(args) => cmd::bench::calibrate(args),
         Command::Lag(args) => cmd::bench::lag(args),
         Command::Run(args) => cmd::service::run(args),
-        Command::Top(args) => top::run(&args.url, &args.sort, args.once),
+        Command::Top(args) => top::run(&args.url, &args.sort, args.once, args.cluster),
         Command::Rig { action } => cmd::rig::rig(action),
         Command::Cluster { action } => cmd::cluster::cluster(action),
     }

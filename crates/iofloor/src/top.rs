@@ -1,8 +1,12 @@
 //! `iofloor top`: a running daemon's tenants in the terminal, like `top`:
 //! usage, floor and whether it is met, caps in force; refreshed every
 //! control interval, sortable. Reads the same JSON API as the dashboard.
+//! `--cluster` shows every host's tenants of the shared device, from any
+//! agent (`/api/v1/cluster`).
 
 use anyhow::Context;
+use iofloor_cluster::view::TenantRow;
+use iofloor_cluster::ClusterView;
 use iofloor_core::units::{format_bytes, Rate};
 use iofloor_daemon::view::{Status, TenantList, TenantView};
 use ratatui::layout::{Constraint, Layout};
@@ -82,8 +86,7 @@ fn rate_text(r: Option<Rate>) -> String {
     r.map(|r| r.to_string()).unwrap_or_else(|| "-".into())
 }
 
-fn caps_text(t: &TenantView) -> String {
-    let c = &t.caps;
+fn caps_text(c: &iofloor_core::Caps) -> String {
     let mut parts = Vec::new();
     for (label, v, bytes) in [
         ("r", c.read_iops, false),
@@ -152,7 +155,7 @@ fn row(t: &TenantView) -> [String; 10] {
         lat,
         rate_text(t.floor),
         met.into(),
-        caps_text(t),
+        caps_text(&t.caps),
         format!("{:.0}", t.throttled_seconds),
     ]
 }
@@ -210,11 +213,12 @@ fn status_line(s: &Status) -> String {
 }
 
 /// The plain-text table of `--once`.
-fn print_once(status: &Status, tenants: &[TenantView]) {
-    println!("{}", status_line(status));
-    let rows: Vec<[String; 10]> = tenants.iter().map(row).collect();
-    let mut widths: Vec<usize> = HEADER.iter().map(|h| h.len()).collect();
-    for r in &rows {
+fn print_once(screen: &Screen) {
+    for line in &screen.title {
+        println!("{line}");
+    }
+    let mut widths: Vec<usize> = screen.header.iter().map(|h| h.len()).collect();
+    for (r, _) in &screen.rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
         }
@@ -229,69 +233,218 @@ fn print_once(status: &Status, tenants: &[TenantView]) {
             .trim_end()
             .to_string()
     };
-    println!("{}", line(HEADER.to_vec()));
-    for r in &rows {
+    println!("{}", line(screen.header.to_vec()));
+    for (r, _) in &screen.rows {
         println!("{}", line(r.iter().map(String::as_str).collect()));
     }
 }
 
-pub fn run(url: &str, sort_arg: &str, once: bool) -> anyhow::Result<()> {
+/// What one refresh shows: title lines, a table, and which rows need an
+/// operator's eye (a missed floor, an unavailable tenant).
+struct Screen {
+    title: Vec<String>,
+    header: &'static [&'static str],
+    widths: &'static [Constraint],
+    rows: Vec<(Vec<String>, bool)>,
+    table_title: &'static str,
+}
+
+const TENANT_WIDTHS: [Constraint; 10] = [
+    Constraint::Min(16),
+    Constraint::Length(9),
+    Constraint::Length(8),
+    Constraint::Length(11),
+    Constraint::Length(6),
+    Constraint::Length(7),
+    Constraint::Length(12),
+    Constraint::Length(4),
+    Constraint::Min(14),
+    Constraint::Length(11),
+];
+
+/// This daemon's tenants.
+fn host_screen(url: &str, by: SortBy) -> anyhow::Result<(Screen, Duration)> {
+    let status: Status = fetch(url, "/api/v1/status")?;
+    let mut list: TenantList = fetch(url, "/api/v1/tenants")?;
+    sort(&mut list.tenants, by);
+    let rows = list
+        .tenants
+        .iter()
+        .map(|t| {
+            let alert = t.floor_met == Some(false) || !t.available;
+            (row(t).to_vec(), alert)
+        })
+        .collect();
+    let screen = Screen {
+        title: vec![status_line(&status)],
+        header: &HEADER,
+        widths: &TENANT_WIDTHS,
+        rows,
+        table_title: " tenants ",
+    };
+    Ok((screen, Duration::from_secs_f64(status.interval_s)))
+}
+
+const CLUSTER_HEADER: [&str; 9] = [
+    "HOST",
+    "TENANT",
+    "CLASS",
+    "IOPS",
+    "BW/s",
+    "FLOOR",
+    "USE/FLOOR",
+    "CAPS",
+    "ALLOCATED",
+];
+
+const CLUSTER_WIDTHS: [Constraint; 9] = [
+    Constraint::Length(10),
+    Constraint::Min(16),
+    Constraint::Length(9),
+    Constraint::Length(8),
+    Constraint::Length(11),
+    Constraint::Length(12),
+    Constraint::Length(9),
+    Constraint::Min(14),
+    Constraint::Min(14),
+];
+
+/// Use against the floor, for floors in IOPS or bytes (a cost floor needs
+/// the host's cost model, which the cluster view does not carry).
+fn use_of_floor(t: &TenantRow) -> Option<f64> {
+    match t.floor? {
+        Rate::Iops(f) if f > 0.0 => Some(t.iops? / f),
+        Rate::BytesPerSec(f) if f > 0.0 => Some(t.bytes_per_s? / f),
+        _ => None,
+    }
+}
+
+/// Every host's tenants of the shared device, from any agent.
+fn cluster_screen(url: &str, by: SortBy) -> anyhow::Result<(Screen, Duration)> {
+    let status: Status = fetch(url, "/api/v1/status")?;
+    let view: ClusterView = fetch(url, "/api/v1/cluster")?;
+    let mut tenants: Vec<(&str, &TenantRow)> = view
+        .hosts
+        .iter()
+        .flat_map(|h| h.tenants.iter().map(move |t| (h.host.as_str(), t)))
+        .collect();
+    let usage = |t: &TenantRow| t.iops.unwrap_or(0.0);
+    match by {
+        SortBy::Usage | SortBy::Cost => tenants.sort_by(|a, b| usage(b.1).total_cmp(&usage(a.1))),
+        // The lowest share of its floor first.
+        SortBy::Floor => tenants.sort_by(|a, b| {
+            let share = |t: &TenantRow| use_of_floor(t).unwrap_or(f64::INFINITY);
+            share(a.1).total_cmp(&share(b.1))
+        }),
+        SortBy::Name => tenants.sort_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name))),
+    }
+    let rows = tenants
+        .iter()
+        .map(|(host, t)| {
+            let share = use_of_floor(t);
+            let cells = vec![
+                host.to_string(),
+                t.name.clone(),
+                t.class.as_str().into(),
+                t.iops
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+                t.bytes_per_s
+                    .map(format_bytes)
+                    .unwrap_or_else(|| "-".into()),
+                rate_text(t.floor),
+                share
+                    .map(|s| format!("{:.0} %", s * 100.0))
+                    .unwrap_or_else(|| "-".into()),
+                caps_text(&t.caps),
+                t.allocated
+                    .as_ref()
+                    .map(caps_text)
+                    .unwrap_or_else(|| "-".into()),
+            ];
+            (cells, share.is_some_and(|s| s < 0.95))
+        })
+        .collect();
+    let hosts: Vec<String> = view
+        .hosts
+        .iter()
+        .map(|h| format!("{} {:.0} IOPS", h.host, h.iops))
+        .collect();
+    let number = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into());
+    let title = vec![
+        status_line(&status),
+        format!(
+            "cluster {} · device {} · allocator {} (epoch {}) · capacity {} · floors {} · {} hosts: {}",
+            view.cluster,
+            view.device,
+            view.allocator.as_deref().unwrap_or("none"),
+            view.epoch.map(|e| e.to_string()).unwrap_or_else(|| "-".into()),
+            number(view.capacity),
+            number(view.floors),
+            view.hosts.len(),
+            hosts.join(", ")
+        ),
+    ];
+    let screen = Screen {
+        title,
+        header: &CLUSTER_HEADER,
+        widths: &CLUSTER_WIDTHS,
+        rows,
+        table_title: " every host's tenants ",
+    };
+    Ok((screen, Duration::from_secs_f64(status.interval_s)))
+}
+
+pub fn run(url: &str, sort_arg: &str, once: bool, cluster: bool) -> anyhow::Result<()> {
     let mut by = SortBy::parse(sort_arg).ok_or_else(|| {
         crate::common::bad(format!(
             "--sort: `{sort_arg}` is not one of usage, cost, floor, name"
         ))
     })?;
-    let status: Status = fetch(url, "/api/v1/status")?;
+    let screen = |by: SortBy| {
+        if cluster {
+            cluster_screen(url, by)
+        } else {
+            host_screen(url, by)
+        }
+    };
+    let (first, interval) = screen(by)?;
     if once {
-        let mut list: TenantList = fetch(url, "/api/v1/tenants")?;
-        sort(&mut list.tenants, by);
-        print_once(&status, &list.tenants);
+        print_once(&first);
         return Ok(());
     }
-    let refresh = Duration::from_secs_f64(status.interval_s.clamp(0.1, 60.0));
+    let refresh = interval.clamp(Duration::from_millis(100), Duration::from_secs(60));
     let mut terminal = ratatui::init();
     let result = (|| -> anyhow::Result<()> {
         loop {
-            let fetched = fetch::<Status>(url, "/api/v1/status")
-                .and_then(|s| fetch::<TenantList>(url, "/api/v1/tenants").map(|t| (s, t)));
+            let fetched = screen(by);
             terminal.draw(|frame| {
-                let [head, body] = Layout::vertical([Constraint::Length(2), Constraint::Min(0)])
+                let [head, body] = Layout::vertical([Constraint::Length(3), Constraint::Min(0)])
                     .areas(frame.area());
                 match &fetched {
-                    Ok((status, list)) => {
-                        let mut tenants = list.tenants.clone();
-                        sort(&mut tenants, by);
+                    Ok((screen, _)) => {
                         let help = format!("sorted by {} · s: sort · q: quit", by.label());
-                        frame.render_widget(
-                            Paragraph::new(vec![Line::from(status_line(status)), Line::from(help)]),
-                            head,
-                        );
-                        let rows = tenants.iter().map(|t| {
-                            let style = if t.floor_met == Some(false) || !t.available {
+                        let lines = screen
+                            .title
+                            .iter()
+                            .map(|l| Line::from(l.clone()))
+                            .chain(std::iter::once(Line::from(help)))
+                            .collect::<Vec<_>>();
+                        frame.render_widget(Paragraph::new(lines), head);
+                        let rows = screen.rows.iter().map(|(cells, alert)| {
+                            let style = if *alert {
                                 Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED)
                             } else {
                                 Style::default()
                             };
-                            Row::new(row(t).map(Cell::from)).style(style)
+                            Row::new(cells.iter().map(|c| Cell::from(c.clone()))).style(style)
                         });
-                        let widths = [
-                            Constraint::Min(16),
-                            Constraint::Length(9),
-                            Constraint::Length(8),
-                            Constraint::Length(11),
-                            Constraint::Length(6),
-                            Constraint::Length(7),
-                            Constraint::Length(12),
-                            Constraint::Length(4),
-                            Constraint::Min(14),
-                            Constraint::Length(11),
-                        ];
-                        let table = Table::new(rows, widths)
+                        let table = Table::new(rows, screen.widths.to_vec())
                             .header(
-                                Row::new(HEADER)
+                                Row::new(screen.header.to_vec())
                                     .style(Style::default().add_modifier(Modifier::BOLD)),
                             )
-                            .block(Block::bordered().title(" tenants "));
+                            .block(Block::bordered().title(screen.table_title));
                         frame.render_widget(table, body);
                     }
                     Err(e) => {

@@ -73,6 +73,8 @@ pub struct Shared {
 pub struct ClusterLink {
     pub mailbox: Arc<Mutex<iofloor_cluster::Mailbox>>,
     pub status: Mutex<Option<Arc<Mutex<iofloor_cluster::ClusterStatus>>>>,
+    /// Reads the whole cluster from etcd for `/api/v1/cluster`.
+    pub reader: Mutex<Option<iofloor_cluster::ClusterReader<iofloor_cluster::Etcd>>>,
 }
 
 pub(super) struct Tenant {

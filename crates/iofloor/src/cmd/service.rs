@@ -25,6 +25,9 @@ pub struct TopArgs {
     /// Print one table and exit (no terminal UI).
     #[arg(long)]
     pub once: bool,
+    /// Every host's tenants of the shared device (an agent in cluster mode).
+    #[arg(long)]
+    pub cluster: bool,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {

@@ -7,7 +7,7 @@
 //! (SIGKILL), an etcd member (SIGKILL) and a host's control network.
 
 use super::common::real_environment;
-use super::harness::{Cgroups, Daemon};
+use super::harness::{ApiSpec, Cgroups, Daemon};
 use super::SERIAL;
 use serde_json::Value;
 use std::path::Path;
@@ -303,7 +303,7 @@ fn run(bed: &Bed, cluster: bool) -> Outcome {
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
         };
-        let labels = r#"{cluster="e2e",host="h1",device="shared""#;
+        let labels = r#"{host="h1",cluster="e2e",device="shared""#;
         assert_eq!(value(&format!("iofloor_cluster_hosts{labels}}}")), 2.0);
         assert_eq!(value(&format!("iofloor_cluster_connected{labels}}}")), 1.0);
         assert_eq!(
@@ -320,6 +320,56 @@ fn run(bed: &Bed, cluster: bool) -> Outcome {
         assert!(
             top.contains("cluster e2e: h1 is") && top.contains("2 hosts"),
             "iofloor top: {top}"
+        );
+        // The whole cluster from a host that does not allocate: every
+        // host's tenant with its floor and allocated caps.
+        let (code, view) = h1.get("/api/v1/cluster");
+        assert_eq!(code, 200, "{view}");
+        ApiSpec::load().check("/api/v1/cluster", "get", 200, &view);
+        let hosts: Vec<&str> = view["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["host"].as_str().unwrap())
+            .collect();
+        assert_eq!(hosts, ["h1", "h2"], "{view}");
+        assert_eq!(
+            view["allocator"],
+            cluster_status(&h1)["allocator"],
+            "{view}"
+        );
+        assert_eq!(
+            view["hosts"][0]["tenants"][0]["floor"]["value"], FLOOR,
+            "{view}"
+        );
+        let top = Command::new(env!("CARGO_BIN_EXE_iofloor"))
+            .args([
+                "top",
+                "--once",
+                "--cluster",
+                "--sort",
+                "name",
+                "--url",
+                &h1.url(""),
+            ])
+            .output()
+            .unwrap();
+        let top = String::from_utf8_lossy(&top.stdout);
+        eprintln!("iofloor top --cluster:\n{top}");
+        let row = |host: &str, tenant: &str| {
+            top.lines().any(|l| {
+                let cells: Vec<&str> = l.split_whitespace().collect();
+                cells.len() > 2 && cells[0] == host && cells[1] == tenant
+            })
+        };
+        assert!(
+            top.contains("cluster e2e · device shared · allocator h")
+                && top.contains("2 hosts: h1"),
+            "iofloor top --cluster: {top}"
+        );
+        assert!(
+            row("h1", "quiet") && row("h2", "noisy"),
+            "iofloor top --cluster: {top}"
         );
         for c in [cluster_status(&h1), cluster_status(&h2)] {
             assert_eq!(c["leases_lost"], 0, "{c}");
@@ -354,6 +404,19 @@ fn run(bed: &Bed, cluster: bool) -> Outcome {
                 .then_some(())
                 .ok_or(format!("{a} {b}"))
         });
+        // After the load (Chromium's CPU would disturb it): the dashboard
+        // of a host that does not allocate shows every host's tenant.
+        let mut page = super::cdp::Browser::open(&h1.url("/"));
+        page.wait_until(
+            "the dashboard's cluster table",
+            "document.querySelectorAll('#cluster tbody tr').length === 2",
+            Duration::from_secs(30),
+        );
+        let rows = page.eval(
+            "[...document.querySelectorAll('#cluster tbody tr')]\
+             .map(r => r.cells[0].textContent + '/' + r.cells[1].textContent).sort()",
+        );
+        assert_eq!(rows, serde_json::json!(["h1/quiet", "h2/noisy"]));
     }
     let end = started + LOAD_SECS as f64 - 1.0;
     let quiet = history(&h1, "quiet", started + 5.0, end);

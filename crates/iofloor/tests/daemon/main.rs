@@ -127,18 +127,22 @@ floor = "3MB/s"
         "without control the noisy tenant takes the quiet ones' floors ({none_share:.2})"
     );
 
-    // /metrics shows it, and passes promtool.
+    // /metrics shows it, every series with this host's name, and passes promtool.
     let metrics = daemon.get_text("/metrics");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let series = |metric: &str, tenant: &str| {
+        format!("{metric}{{host=\"{}\",tenant=\"{tenant}\"", host.trim())
+    };
     for name in ["vm1", "vm2", "vm3", "vm4"] {
         assert!(
-            metrics.contains(&format!("iofloor_tenant_floor_met{{tenant=\"{name}\"")),
-            "{name} in /metrics"
+            metrics.contains(&series("iofloor_tenant_floor_met", name)),
+            "{name} in /metrics:\n{metrics}"
         );
     }
-    assert!(metrics.contains("iofloor_tenant_throttled_seconds_total{tenant=\"vm1\""));
+    let throttled_vm1 = series("iofloor_tenant_throttled_seconds_total", "vm1");
     let throttled: f64 = metrics
         .lines()
-        .find(|l| l.starts_with("iofloor_tenant_throttled_seconds_total{tenant=\"vm1\""))
+        .find(|l| l.starts_with(&throttled_vm1))
         .and_then(|l| l.rsplit(' ').next())
         .unwrap()
         .parse()
@@ -506,6 +510,14 @@ weight = 300
     let (status, body) = daemon.get("/api/v1/tenants/nobody");
     assert_eq!(status, 404);
     spec.check("/api/v1/tenants/{name}", "get", 404, &body);
+    // A single host has no cluster to show.
+    let (status, body) = daemon.get("/api/v1/cluster");
+    assert_eq!(status, 404, "{body}");
+    spec.check("/api/v1/cluster", "get", 404, &body);
+    assert!(
+        body["error"].as_str().unwrap().contains("[cluster]"),
+        "{body}"
+    );
     let (status, body) = daemon.get("/api/v1/tenants/db?seconds=-3");
     assert_eq!(status, 400);
     spec.check("/api/v1/tenants/{name}", "get", 400, &body);
@@ -1081,7 +1093,8 @@ floor = "300 IOPS"
     );
     assert!(daemon
         .get_text("/metrics")
-        .contains("iofloor_tenant_latency_seconds{tenant=\"vm\""));
+        .lines()
+        .any(|l| l.starts_with("iofloor_tenant_latency_seconds{") && l.contains(",tenant=\"vm\"")));
 
     guest.command("stop").unwrap();
     daemon.wait_for("the paused VM unavailable", Duration::from_secs(5), |v| {
