@@ -14,9 +14,9 @@
 //! [`Mailbox`].
 
 use crate::wire::{Allocation, HostReport, TenantReport, SCHEMA};
-use iofloor_core::{Caps, CostModel, Policy, Snapshot, TenantSample, Usage};
+use iofloor_core::{Caps, CostModel, Policy, Rate, Snapshot, TenantSample, Usage};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -215,6 +215,10 @@ pub struct Mailbox {
     /// came from, for the view and metrics.
     pub mode: Option<Mode>,
     pub allocation_age: Option<Duration>,
+    /// Floors set for the whole cluster, by tenant name, as last read from
+    /// etcd; `floors_version` changes when they do.
+    pub floors: BTreeMap<String, Option<Rate>>,
+    pub floors_version: u64,
 }
 
 /// The agent as a core [`Policy`]: decides with [`AgentRule`] and leaves

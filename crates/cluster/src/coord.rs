@@ -59,6 +59,8 @@ pub trait Coordinator: Clone + Send + Sync + 'static {
         key: &str,
     ) -> impl Future<Output = Result<Option<Vec<u8>>, CoordError>> + Send;
 
+    fn delete(&mut self, key: &str) -> impl Future<Output = Result<(), CoordError>> + Send;
+
     fn get_prefix(
         &mut self,
         prefix: &str,
@@ -357,6 +359,15 @@ impl Coordinator for Etcd {
             let options = lease.map(|l| etcd_client::PutOptions::new().with_lease(l));
             let (key, value) = (key.to_string(), value.clone());
             async move { c.put(key, value, options).await }
+        })
+        .await
+        .map(|_| ())
+    }
+
+    async fn delete(&mut self, key: &str) -> Result<(), CoordError> {
+        self.call(|mut c| {
+            let key = key.to_string();
+            async move { c.delete(key, None).await }
         })
         .await
         .map(|_| ())

@@ -14,10 +14,11 @@ use crate::agent::Mailbox;
 use crate::allocate::Allocator;
 use crate::coord::{CoordError, Coordinator, Leadership, Lease};
 use crate::view::ClusterView;
-use crate::wire::{Allocation, HostReport};
-use iofloor_core::{PolicyContext, PolicyKind, PolicyParams};
+use crate::wire::{Allocation, FloorSetting, HostReport, SCHEMA};
+use iofloor_core::admission::{self, AdmissionVerdict};
+use iofloor_core::{CostModel, PolicyContext, PolicyKind, PolicyParams, Rate, TenantSpec, Usage};
 use serde::Serialize;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
@@ -52,6 +53,12 @@ impl Keys {
     }
     pub fn allocation(&self, device: &str, host: &str) -> String {
         format!("{}{host}", self.allocations(device))
+    }
+    pub fn floors(&self, device: &str) -> String {
+        format!("{}/floors/{device}/", self.root)
+    }
+    pub fn floor(&self, device: &str, tenant: &str) -> String {
+        format!("{}{tenant}", self.floors(device))
     }
     pub fn election(&self, device: &str) -> String {
         format!("{}/allocator/{device}", self.root)
@@ -180,6 +187,39 @@ pub struct ClusterReader<C: Coordinator> {
     keys: Keys,
     cluster: String,
     device: String,
+    cost: CostModel,
+    target_utilisation: f64,
+}
+
+/// The admission verdict over every host's reported tenants, with the
+/// cluster's `floors` in force and `change` applied. Tenants are named
+/// `host/name`, as the allocator names them.
+pub fn cluster_admission(
+    cost: &CostModel,
+    usable_capacity: f64,
+    reports: &[HostReport],
+    floors: &BTreeMap<String, Option<Rate>>,
+    change: (&str, Option<Rate>),
+) -> AdmissionVerdict {
+    let specs: Vec<(TenantSpec, Option<Usage>)> = reports
+        .iter()
+        .flat_map(|r| {
+            r.tenants.iter().map(|t| {
+                let mut spec = t.spec.clone();
+                if let Some(floor) = floors.get(&spec.name) {
+                    spec.floor = *floor;
+                }
+                if spec.name == change.0 {
+                    spec.floor = change.1;
+                }
+                spec.name = format!("{}/{}", r.host, spec.name);
+                let mix = t.usage.filter(|u| !u.is_idle());
+                (spec, Some(mix.unwrap_or_else(admission::assumed_mix)))
+            })
+        })
+        .collect();
+    let rows: Vec<(&TenantSpec, Option<Usage>)> = specs.iter().map(|(s, u)| (s, *u)).collect();
+    admission::check(cost, usable_capacity, &rows)
 }
 
 impl<C: Coordinator> ClusterReader<C> {
@@ -189,30 +229,109 @@ impl<C: Coordinator> ClusterReader<C> {
             keys: Keys::new(&settings.cluster),
             cluster: settings.cluster.clone(),
             device: settings.device.clone(),
+            cost: settings.ctx.cost,
+            target_utilisation: settings.params.floor.target_utilisation,
+        }
+    }
+
+    /// The shared device's cluster-wide name.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// Every live host's report of this device (undecodable ones left out).
+    async fn reports(&self) -> Result<Vec<HostReport>, CoordError> {
+        let mut coord = self.coord.clone();
+        let kvs = coord.get_prefix(&self.keys.reports(&self.device)).await?;
+        Ok(kvs
+            .iter()
+            .filter_map(|(_, v)| HostReport::decode(v).ok())
+            .collect())
+    }
+
+    /// The allocations of this device (undecodable ones left out).
+    async fn allocations(&self) -> Result<Vec<Allocation>, CoordError> {
+        let mut coord = self.coord.clone();
+        let kvs = coord
+            .get_prefix(&self.keys.allocations(&self.device))
+            .await?;
+        Ok(kvs
+            .iter()
+            .filter_map(|(_, v)| Allocation::decode(v).ok())
+            .collect())
+    }
+
+    /// The floors set for the whole cluster, by tenant.
+    pub async fn floors(&self) -> Result<BTreeMap<String, Option<Rate>>, CoordError> {
+        let mut coord = self.coord.clone();
+        let kvs = coord.get_prefix(&self.keys.floors(&self.device)).await?;
+        Ok(kvs
+            .iter()
+            .filter_map(|(_, v)| FloorSetting::decode(v).ok())
+            .map(|f| (f.tenant, f.floor))
+            .collect())
+    }
+
+    /// Admission control across hosts: would every reported tenant's floor
+    /// (with the cluster's floors, and `tenant` at `floor`) fit the shared
+    /// device? Priced with the model and each tenant's last mix, against
+    /// the target share of the learned capacity (the newest allocation's;
+    /// a learned capacity above the model's does not raise what can be
+    /// promised, as on one host). A tenant on several hosts counts once per
+    /// host: each is promised its floor.
+    pub async fn admission(
+        &self,
+        tenant: &str,
+        floor: Option<Rate>,
+    ) -> Result<AdmissionVerdict, CoordError> {
+        let reports = self.reports().await?;
+        let floors = self.floors().await?;
+        let capacity = self
+            .allocations()
+            .await?
+            .into_iter()
+            .max_by_key(|a| (a.epoch, a.seq))
+            .map(|a| a.capacity)
+            .unwrap_or(1.0);
+        Ok(cluster_admission(
+            &self.cost,
+            self.target_utilisation * capacity.min(1.0),
+            &reports,
+            &floors,
+            (tenant, floor),
+        ))
+    }
+
+    /// Sets (`Some`) or removes (`None`: the host files' floors again) the
+    /// cluster's floor of `tenant`.
+    pub async fn set_floor(
+        &self,
+        tenant: &str,
+        setting: Option<Option<Rate>>,
+    ) -> Result<(), CoordError> {
+        let mut coord = self.coord.clone();
+        let key = self.keys.floor(&self.device, tenant);
+        match setting {
+            Some(floor) => {
+                let value = FloorSetting {
+                    schema: SCHEMA,
+                    tenant: tenant.to_string(),
+                    floor,
+                };
+                coord.put(&key, value.encode(), None).await
+            }
+            None => coord.delete(&key).await,
         }
     }
 
     /// Every live host's report and the allocations of this device; values
     /// that do not decode are left out (the agents log them).
     pub async fn read(&self) -> Result<ClusterView, CoordError> {
-        let mut coord = self.coord.clone();
-        let decoded = |kvs: Vec<(String, Vec<u8>)>| -> Vec<Vec<u8>> {
-            kvs.into_iter().map(|(_, v)| v).collect()
-        };
-        let reports: Vec<HostReport> =
-            decoded(coord.get_prefix(&self.keys.reports(&self.device)).await?)
-                .iter()
-                .filter_map(|v| HostReport::decode(v).ok())
-                .collect();
-        let allocations: Vec<Allocation> = decoded(
-            coord
-                .get_prefix(&self.keys.allocations(&self.device))
-                .await?,
-        )
-        .iter()
-        .filter_map(|v| Allocation::decode(v).ok())
-        .collect();
-        let allocator = coord
+        let reports = self.reports().await?;
+        let allocations = self.allocations().await?;
+        let allocator = self
+            .coord
+            .clone()
             .leader(&self.keys.election(&self.device))
             .await?
             .map(|v| String::from_utf8_lossy(&v).into_owned());
@@ -427,11 +546,27 @@ impl<C: Coordinator> Agent<C> {
         if let Some(a) = &incoming {
             self.last_allocation = Some(a.clone());
         }
+        let floors_prefix = self.keys.floors(&self.settings.device);
+        let mut floors = BTreeMap::new();
+        for (key, bytes) in self.coord.get_prefix(&floors_prefix).await? {
+            match FloorSetting::decode(&bytes) {
+                Ok(f) if key.strip_prefix(&floors_prefix) == Some(f.tenant.as_str()) => {
+                    floors.insert(f.tenant, f.floor);
+                }
+                Ok(f) => self.warn_once(&key, &format!("names tenant `{}`", f.tenant)),
+                Err(e) => self.warn_once(&key, &e.to_string()),
+            }
+        }
         {
             let mut m = self.mailbox.lock().unwrap_or_else(|e| e.into_inner());
             m.hosts_seen = hosts.len();
             if incoming.is_some() {
                 m.incoming = incoming;
+            }
+            if m.floors != floors {
+                info!(host = %self.settings.host, floors = ?floors, "cluster floors changed in etcd");
+                m.floors = floors;
+                m.floors_version += 1;
             }
         }
         self.take_leadership();
@@ -527,5 +662,78 @@ impl<C: Coordinator> Agent<C> {
         if self.warned.insert(key.to_string()) {
             warn!(key, "ignoring a value in etcd: {message}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::TenantReport;
+    use iofloor_core::{Caps, TenantClass};
+
+    fn report(host: &str, tenants: &[(&str, Option<f64>)]) -> HostReport {
+        HostReport {
+            schema: SCHEMA,
+            host: host.into(),
+            device: "shared".into(),
+            seq: 1,
+            interval_s: 1.0,
+            local_device: None,
+            tenants: tenants
+                .iter()
+                .map(|(name, floor)| {
+                    let mut spec = TenantSpec::new(*name, TenantClass::Container);
+                    spec.floor = floor.map(Rate::Iops);
+                    TenantReport {
+                        spec,
+                        usage: Some(iofloor_core::synthetic::random_reads_4k(100.0)),
+                        caps: Caps::NONE,
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn admission_across_hosts_counts_every_hosts_floors_with_the_clusters() {
+        let cost = iofloor_core::synthetic::iops_only_model(4000.0);
+        let reports = [
+            report("h1", &[("db", Some(1000.0))]),
+            report("h2", &[("web", None), ("db", Some(1000.0))]),
+        ];
+        let none = BTreeMap::new();
+        // 2 × 1,000 + 1,500 of 4,000 × 0.9 usable.
+        let v = cluster_admission(
+            &cost,
+            0.9,
+            &reports,
+            &none,
+            ("web", Some(Rate::Iops(1500.0))),
+        );
+        assert!(v.admitted, "{}", v.summary());
+        assert!((v.total_floor_cost - 0.875).abs() < 1e-9);
+        let names: Vec<&str> = v.tenants.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["h1/db", "h2/web", "h2/db"]);
+        // The cluster's floor of `db` (2,000 on each host) leaves no room.
+        let floors = BTreeMap::from([("db".to_string(), Some(Rate::Iops(2000.0)))]);
+        let v = cluster_admission(
+            &cost,
+            0.9,
+            &reports,
+            &floors,
+            ("web", Some(Rate::Iops(1500.0))),
+        );
+        assert!(!v.admitted);
+        assert_eq!(v.refused(), ["h2/db"], "{}", v.summary());
+        // A cluster floor of `none` frees what the files promised.
+        let floors = BTreeMap::from([("db".to_string(), None)]);
+        let v = cluster_admission(
+            &cost,
+            0.9,
+            &reports,
+            &floors,
+            ("web", Some(Rate::Iops(3500.0))),
+        );
+        assert!(v.admitted, "{}", v.summary());
     }
 }

@@ -3,7 +3,7 @@
 //! [`Allocation`] for each host. JSON with a schema version, so a value from
 //! a newer iofloor or plain garbage is refused with a reason, never a panic.
 
-use iofloor_core::{Caps, DeviceSample, TenantSpec, Usage};
+use iofloor_core::{Caps, DeviceSample, Rate, TenantSpec, Usage};
 use serde::{Deserialize, Serialize};
 
 /// The schema these types are written in. A reader refuses values of a
@@ -77,6 +77,17 @@ pub struct Allocation {
     pub caps: Vec<(String, Caps)>,
 }
 
+/// A tenant's floor set for the whole cluster (`iofloor cluster set-floor`):
+/// it replaces the floor the host files give every tenant of that name on
+/// the shared device. Deleting it gives the host files' floors back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FloorSetting {
+    pub schema: u32,
+    pub tenant: String,
+    /// `None`: no floor, whatever the host files say.
+    pub floor: Option<Rate>,
+}
+
 /// Why a value read from etcd was not used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum WireError {
@@ -125,6 +136,15 @@ impl HostReport {
     }
     pub fn decode(bytes: &[u8]) -> Result<HostReport, WireError> {
         decode("host report", bytes)
+    }
+}
+
+impl FloorSetting {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a floor setting is plain data")
+    }
+    pub fn decode(bytes: &[u8]) -> Result<FloorSetting, WireError> {
+        decode("floor setting", bytes)
     }
 }
 

@@ -57,6 +57,21 @@ impl AdmissionVerdict {
     }
 }
 
+/// A mix to price floors with before a tenant has done any I/O: 4 KiB
+/// random, half reads, half writes.
+pub fn assumed_mix() -> Usage {
+    let half = crate::model::DirUsage {
+        ios: 0.5,
+        bytes: 2048.0,
+        seq_ios: 0.0,
+    };
+    Usage {
+        read: half,
+        write: half,
+        latency_us: None,
+    }
+}
+
 /// Checks a set of floors. `tenants` pairs each spec with its expected mix
 /// (any non-zero usage of the right shape; its scale does not matter).
 pub fn check(

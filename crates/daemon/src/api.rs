@@ -73,6 +73,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/v1/status", get(status))
         .route("/api/v1/cluster", get(cluster))
+        .route("/api/v1/cluster/floors", get(cluster_floors))
+        .route(
+            "/api/v1/cluster/floors/{*tenant}",
+            axum::routing::put(put_cluster_floor).delete(delete_cluster_floor),
+        )
         .route("/api/v1/tenants", get(tenants))
         .route("/api/v1/tenants/{*name}", get(tenant).patch(patch_tenant))
         .route("/api/v1/admission", get(admission))
@@ -110,32 +115,158 @@ async fn metrics(State(s): State<ApiState>, headers: HeaderMap) -> Response {
     }
 }
 
-/// The whole cluster (every host's tenants of the shared device), read
-/// from etcd now: any agent answers.
-async fn cluster(State(state): State<ApiState>) -> Response {
+/// The cluster's reader, or the answer for a host that has none.
+fn cluster_reader(
+    state: &ApiState,
+) -> Result<iofloor_cluster::ClusterReader<iofloor_cluster::Etcd>, ApiError> {
     let Some(link) = &state.shared.cluster else {
-        return error(
+        return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "not in cluster mode: the config has no [cluster] section",
-        );
+        ));
     };
     let reader = link
         .reader
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
-    let Some(reader) = reader else {
-        return error(
+    reader.ok_or_else(|| {
+        ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "not joined to the cluster yet",
-        );
+        )
+    })
+}
+
+fn etcd_error(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("etcd did not answer: {e}"),
+    )
+}
+
+/// The whole cluster (every host's tenants of the shared device), read
+/// from etcd now: any agent answers.
+async fn cluster(State(state): State<ApiState>) -> Response {
+    let reader = match cluster_reader(&state) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
     };
     match reader.read().await {
         Ok(view) => Json(view).into_response(),
-        Err(e) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("etcd did not answer: {e}"),
-        ),
+        Err(e) => etcd_error(e).into_response(),
+    }
+}
+
+/// The floors set for the whole cluster.
+async fn cluster_floors(State(state): State<ApiState>) -> Response {
+    let reader = match cluster_reader(&state) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    match reader.floors().await {
+        Ok(floors) => {
+            let floors: Vec<_> = floors
+                .into_iter()
+                .map(|(tenant, floor)| json!({ "tenant": tenant, "floor": floor }))
+                .collect();
+            Json(json!({ "floors": floors })).into_response()
+        }
+        Err(e) => etcd_error(e).into_response(),
+    }
+}
+
+/// Sets a tenant's floor for the whole cluster (`{"floor": "500 IOPS"}`, or
+/// `null` for none whatever the host files say), refused with 409 when the
+/// floors of every host would no longer fit the shared device.
+async fn put_cluster_floor(
+    State(s): State<ApiState>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = authorise(&s, &headers) {
+        return r.into_response();
+    }
+    let reader = match cluster_reader(&s) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let patch = match parse_patch(&body) {
+        Ok(p) => p,
+        Err(m) => return error(StatusCode::BAD_REQUEST, m),
+    };
+    let Some(floor) = patch.floor else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "only `floor` is set for the whole cluster (ceilings and weights stay in the host files)",
+        );
+    };
+    if patch.ceiling.is_some() || patch.weight.is_some() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "only `floor` is set for the whole cluster (ceilings and weights stay in the host files)",
+        );
+    }
+    if let Err(e) = iofloor_core::model::check_promise(floor, None, None) {
+        return error(StatusCode::BAD_REQUEST, e.to_string());
+    }
+    let current = match reader.floors().await {
+        Ok(f) => f.get(&tenant).copied().flatten(),
+        Err(e) => return etcd_error(e).into_response(),
+    };
+    let (before, after) = match (
+        reader.admission(&tenant, current).await,
+        reader.admission(&tenant, floor).await,
+    ) {
+        (Ok(b), Ok(a)) => (b, a),
+        (Err(e), _) | (_, Err(e)) => return etcd_error(e).into_response(),
+    };
+    // A change that adds to floors that do not fit is refused; one that
+    // lowers them is always taken, even on an overcommitted device.
+    let overfull = after.total_floor_cost > after.usable_capacity * (1.0 + 1e-9);
+    if overfull && after.total_floor_cost > before.total_floor_cost + 1e-12 {
+        let view = crate::view::AdmissionView::new(reader.device(), &after);
+        return (
+            StatusCode::CONFLICT,
+            Json(json!({
+                "error": format!(
+                    "refused: the floors of every host would not fit the shared device: {}",
+                    view.summary
+                ),
+                "admission": view,
+            })),
+        )
+            .into_response();
+    }
+    match reader.set_floor(&tenant, Some(floor)).await {
+        Ok(()) => {
+            tracing::info!(tenant = %tenant, floor = ?floor, "floor set for the whole cluster");
+            Json(json!({ "tenant": tenant, "floor": floor, "set": true })).into_response()
+        }
+        Err(e) => etcd_error(e).into_response(),
+    }
+}
+
+/// Removes a tenant's cluster floor: the host files' floors apply again.
+async fn delete_cluster_floor(
+    State(s): State<ApiState>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = authorise(&s, &headers) {
+        return r.into_response();
+    }
+    let reader = match cluster_reader(&s) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    match reader.set_floor(&tenant, None).await {
+        Ok(()) => {
+            tracing::info!(tenant = %tenant, "cluster floor removed: the host files' floors apply");
+            Json(json!({ "tenant": tenant, "floor": null, "set": false })).into_response()
+        }
+        Err(e) => etcd_error(e).into_response(),
     }
 }
 

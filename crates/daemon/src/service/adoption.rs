@@ -142,9 +142,8 @@ impl Service {
     /// Adopts a found tenant: stages its current limits for the state file,
     /// which [`Service::reconcile`] writes before anything is written to it.
     pub(super) fn adopt(&mut self, found: Found) {
-        let entry = &self.config.tenants[found.entry];
-        let device = entry.device;
-        let spec = Arc::new(spec_of(entry, &found.name, self.overrides.get(&found.name)));
+        let device = self.config.tenants[found.entry].device;
+        let spec = Arc::new(self.spec_for(found.entry, &found.name));
         let d = &mut self.devices[device];
         let original = match &found.kind {
             FoundKind::Cgroup(rel) => match d.backend.cgroups.controller().caps(rel) {

@@ -178,6 +178,7 @@ impl Service {
     /// longest decision time.
     pub(super) fn tick(&mut self, now: Duration) -> Duration {
         self.reconcile();
+        self.sync_cluster_floors();
         self.ticks += 1;
         let dt = self
             .last_tick

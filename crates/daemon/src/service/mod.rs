@@ -109,6 +109,11 @@ pub struct Service {
     last_tick: Option<Duration>,
     /// Spec changes made through the API, kept across reloads.
     overrides: HashMap<String, Patch>,
+    /// Floors set for the whole cluster in etcd (cluster mode), by tenant
+    /// name, for the shared device's tenants; and the mailbox version they
+    /// were read at.
+    cluster_floors: std::collections::BTreeMap<String, Option<iofloor_core::Rate>>,
+    cluster_floors_version: u64,
     /// Tenants found but not adopted, with the reason already logged.
     failed_adoptions: HashMap<String, String>,
 }
@@ -147,6 +152,8 @@ impl Service {
             last_reload: None,
             last_tick: None,
             overrides: HashMap::new(),
+            cluster_floors: Default::default(),
+            cluster_floors_version: 0,
             failed_adoptions: HashMap::new(),
         };
         s.publish(Duration::ZERO);
@@ -200,6 +207,53 @@ impl Service {
     /// the clock themselves.
     pub fn step(&mut self, now: Duration) -> Duration {
         self.tick(now)
+    }
+
+    /// A tenant's promise: its config entry's, then the API's changes, then,
+    /// for the cluster's shared device, the floor set for the whole cluster
+    /// in etcd. The cluster's floor wins because it is the one decision
+    /// every host of the tenant's name must share; the host file still says
+    /// which tenants exist and where (a floor in etcd for a tenant no host
+    /// runs protects nothing).
+    pub(super) fn spec_for(&self, entry: usize, name: &str) -> TenantSpec {
+        let config = &self.config.tenants[entry];
+        let mut spec = adoption::spec_of(config, name, self.overrides.get(name));
+        let shared = self.config.cluster.as_ref().map(|c| c.device);
+        if shared == Some(config.device) {
+            if let Some(floor) = self.cluster_floors.get(name) {
+                spec.floor = *floor;
+            }
+        }
+        spec
+    }
+
+    /// Puts the cluster's floors read by the etcd task in force on the
+    /// shared device's tenants, once per change.
+    fn sync_cluster_floors(&mut self) {
+        let Some(link) = self.shared.cluster.as_ref() else {
+            return;
+        };
+        {
+            let m = link.mailbox.lock().unwrap_or_else(|e| e.into_inner());
+            if m.floors_version == self.cluster_floors_version {
+                return;
+            }
+            self.cluster_floors_version = m.floors_version;
+            self.cluster_floors = m.floors.clone();
+        }
+        let names: Vec<String> = self.tenants.keys().cloned().collect();
+        for name in names {
+            let t = &self.tenants[&name];
+            let spec = self.spec_for(t.found.entry, &name);
+            if spec == *t.spec {
+                continue;
+            }
+            info!(tenant = %name, floor = ?spec.floor, "floor set for the cluster in etcd");
+            let spec = Arc::new(spec);
+            let t = self.tenants.get_mut(&name).expect("listed above");
+            self.devices[t.device].controller.update_spec(spec.clone());
+            t.spec = spec;
+        }
     }
 
     /// Runs until `Shutdown` (or every sender is gone), then restores every

@@ -47,6 +47,16 @@ impl Service {
             .tenants
             .get(name)
             .ok_or_else(|| PatchError::NotFound(format!("no tenant `{name}`")))?;
+        let shared = self.config.cluster.as_ref().map(|c| c.device);
+        if patch.floor.is_some()
+            && shared == Some(t.device)
+            && self.cluster_floors.contains_key(name)
+        {
+            return Err(PatchError::Invalid(format!(
+                "the floor of `{name}` is set for the whole cluster: change it with \
+                 `iofloor cluster set-floor` (PUT /api/v1/cluster/floors/{name})"
+            )));
+        }
         let mut spec = (*t.spec).clone();
         apply_patch(&mut spec, &patch);
         spec.check_promise()

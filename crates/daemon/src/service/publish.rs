@@ -4,24 +4,9 @@
 use super::{Service, Tenant};
 use crate::discovery::FoundKind;
 use crate::view::{AdmissionView, ClusterView, DeviceState, Point, SourceKind, TenantView};
-use iofloor_core::{admission, DirUsage, TenantSpec, Usage};
+use iofloor_core::{admission, TenantSpec, Usage};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A mix to price floors with before a tenant has done any I/O: 4 KiB
-/// random, half reads, half writes.
-fn assumed_mix() -> Usage {
-    let half = DirUsage {
-        ios: 0.5,
-        bytes: 2048.0,
-        seq_ios: 0.0,
-    };
-    Usage {
-        read: half,
-        write: half,
-        latency_us: None,
-    }
-}
 
 impl Service {
     /// This agent's place in the cluster, from the etcd task's status and
@@ -156,7 +141,7 @@ impl Service {
                             Some(c) if c.name == t.spec.name => c.clone(),
                             _ => (*t.spec).clone(),
                         };
-                        let mix = t.last_mix.unwrap_or_else(assumed_mix);
+                        let mix = t.last_mix.unwrap_or_else(admission::assumed_mix);
                         (spec, mix)
                     })
                     .collect();

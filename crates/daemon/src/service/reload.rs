@@ -1,7 +1,6 @@
 //! Reloading the config (SIGHUP, the API): an invalid file, or one that
 //! changes what needs a restart, is refused and the running config stays.
 
-use super::adoption::spec_of;
 use super::Service;
 use crate::config::{Config, ConfigError};
 use crate::view::Reload;
@@ -90,11 +89,7 @@ impl Service {
             });
             match kept {
                 Some(i) => {
-                    let spec = Arc::new(spec_of(
-                        &self.config.tenants[i],
-                        &name,
-                        self.overrides.get(&name),
-                    ));
+                    let spec = Arc::new(self.spec_for(i, &name));
                     let t = self.tenants.get_mut(&name).expect("listed above");
                     t.found.entry = i;
                     self.devices[t.device].controller.update_spec(spec.clone());

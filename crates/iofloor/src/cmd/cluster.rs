@@ -1,10 +1,13 @@
 //! `cluster up|down|list|exec|partition|heal|kill-etcd|set`: the test bed of
 //! several hosts sharing one device over the network, with a 3-member etcd,
-//! on this one machine (`iofloor_host::cluster_bed`).
+//! on this one machine (`iofloor_host::cluster_bed`). `cluster set-floor` and
+//! `cluster floors` work on any cluster, through an agent's API.
 
 use crate::cmd::rig::{parse_bps, state_root};
 use crate::common::{bad, parse_size_arg};
+use anyhow::Context;
 use clap::Subcommand;
+use iofloor_core::units::Rate;
 use iofloor_host::cluster_bed::{ClusterBed, DEFAULT_STATE_ROOT, MAX_HOSTS};
 use iofloor_host::rig::RigSpec;
 use std::path::PathBuf;
@@ -75,6 +78,32 @@ pub enum ClusterAction {
         #[arg(long, default_value = DEFAULT_STATE_ROOT)]
         state_dir: PathBuf,
     },
+    /// Set a tenant's floor for the whole cluster, through any agent's API:
+    /// it replaces the host files' floor of every tenant of that name on
+    /// the shared device; refused (exit 2) when the floors of every host
+    /// would no longer fit it. Not a test bed command: it works on any
+    /// cluster.
+    SetFloor {
+        tenant: String,
+        /// A rate (`500iops`, `20MiB/s`, `25%`), or `none` for no floor
+        /// whatever the host files say.
+        #[arg(required_unless_present = "clear")]
+        floor: Option<String>,
+        /// Remove the cluster's floor: the host files' floors apply again.
+        #[arg(long, conflicts_with = "floor")]
+        clear: bool,
+        /// An agent's API.
+        #[arg(long, default_value = "http://127.0.0.1:9180")]
+        url: String,
+        /// The agents' `api.token` (default: $IOFLOOR_TOKEN).
+        #[arg(long)]
+        token: Option<String>,
+    },
+    /// The floors set for the whole cluster, through any agent's API.
+    Floors {
+        #[arg(long, default_value = "http://127.0.0.1:9180")]
+        url: String,
+    },
     /// Change the shared device's capacity while in use (nothing tells the
     /// hosts).
     Set {
@@ -87,8 +116,132 @@ pub enum ClusterAction {
     },
 }
 
+/// Calls an agent's API; a 4xx answer is the caller's mistake (exit 2), with
+/// the agent's own message.
+fn call_api(
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> anyhow::Result<serde_json::Value> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(std::time::Duration::from_secs(15)))
+        .build()
+        .into();
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut resp = match (method, body) {
+        ("GET", _) => agent.get(url).call(),
+        ("DELETE", _) => {
+            let mut r = agent.delete(url);
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.call()
+        }
+        (_, body) => {
+            let mut r = agent.put(url).header("Content-Type", "application/json");
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.send(body.unwrap_or_default().to_string())
+        }
+    }
+    .with_context(|| format!("{method} {url}"))?;
+    let status = resp.status().as_u16();
+    let answer: serde_json::Value = resp
+        .body_mut()
+        .read_json()
+        .with_context(|| format!("{method} {url}: not the iofloor API"))?;
+    let message = || {
+        answer["error"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| answer.to_string())
+    };
+    match status {
+        200..=299 => Ok(answer),
+        400..=499 => Err(bad(format!("{url}: {status}: {}", message()))),
+        _ => anyhow::bail!("{url}: {status}: {}", message()),
+    }
+}
+
+fn floors_url(base: &str, tenant: Option<&str>) -> String {
+    let base = base.trim_end_matches('/');
+    match tenant {
+        // Tenant names may hold `/` (a cgroup glob's `pods/pod-a`): the
+        // route takes the rest of the path.
+        Some(t) => format!("{base}/api/v1/cluster/floors/{t}"),
+        None => format!("{base}/api/v1/cluster/floors"),
+    }
+}
+
+fn floor_text(v: &serde_json::Value) -> String {
+    match (v["unit"].as_str(), v["value"].as_f64()) {
+        (Some(unit), Some(value)) => {
+            let rate = match unit {
+                "iops" => Rate::Iops(value),
+                "bytes_per_sec" => Rate::BytesPerSec(value),
+                _ => Rate::Cost(value),
+            };
+            rate.to_string()
+        }
+        _ => "none".into(),
+    }
+}
+
 pub fn cluster(action: ClusterAction) -> anyhow::Result<()> {
     match action {
+        ClusterAction::SetFloor {
+            tenant,
+            floor,
+            clear,
+            url,
+            token,
+        } => {
+            if tenant.trim().is_empty() {
+                return Err(bad("TENANT: must not be empty"));
+            }
+            let target = floors_url(&url, Some(&tenant));
+            let token = token.or_else(|| std::env::var("IOFLOOR_TOKEN").ok());
+            let answer = if clear {
+                call_api("DELETE", &target, token.as_deref(), None)?
+            } else {
+                let floor = floor.expect("clap requires FLOOR without --clear");
+                let floor = match floor.trim() {
+                    "none" => serde_json::Value::Null,
+                    rate => {
+                        // Checked here too, so a typo is named before any request.
+                        Rate::parse(rate).map_err(|e| bad(format!("FLOOR `{rate}`: {e}")))?;
+                        serde_json::Value::String(rate.into())
+                    }
+                };
+                call_api(
+                    "PUT",
+                    &target,
+                    token.as_deref(),
+                    Some(serde_json::json!({ "floor": floor })),
+                )?
+            };
+            if clear {
+                println!("{tenant}: the host files' floors apply");
+            } else {
+                println!(
+                    "{tenant}: floor {} on every host",
+                    floor_text(&answer["floor"])
+                );
+            }
+        }
+        ClusterAction::Floors { url } => {
+            let answer = call_api("GET", &floors_url(&url, None), None, None)?;
+            for f in answer["floors"].as_array().into_iter().flatten() {
+                println!(
+                    "{}  {}",
+                    f["tenant"].as_str().unwrap_or("?"),
+                    floor_text(&f["floor"])
+                );
+            }
+        }
         ClusterAction::Up {
             hosts,
             iops,

@@ -141,6 +141,7 @@ state_file = "{{dir}}/state.json"
 
 [api]
 listen = "{{ip}}:{{port}}"
+token = "{TOKEN}"
 
 [[device]]
 name = "shared"
@@ -198,6 +199,8 @@ struct Outcome {
 }
 
 const LOAD_SECS: u32 = 36;
+/// The agents' API token, for changes.
+const TOKEN: &str = "cluster-e2e-token";
 /// Seconds into the load when h2 is cut off.
 const PARTITION_AT: f64 = 26.0;
 const FLOOR: f64 = 1000.0;
@@ -417,6 +420,7 @@ fn run(bed: &Bed, cluster: bool) -> Outcome {
              .map(r => r.cells[0].textContent + '/' + r.cells[1].textContent).sort()",
         );
         assert_eq!(rows, serde_json::json!(["h1/quiet", "h2/noisy"]));
+        floors_set_for_the_cluster(&h1, &h2);
     }
     let end = started + LOAD_SECS as f64 - 1.0;
     let quiet = history(&h1, "quiet", started + 5.0, end);
@@ -444,6 +448,105 @@ fn run(bed: &Bed, cluster: bool) -> Outcome {
         partition_reallocated,
         before_partition,
     }
+}
+
+/// `iofloor` with `args`: its exit code, stdout and stderr.
+fn iofloor(args: &[&str], token: Option<&str>) -> (Option<i32>, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_iofloor"));
+    c.args(args).env_remove("IOFLOOR_TOKEN");
+    if let Some(t) = token {
+        c.env("IOFLOOR_TOKEN", t);
+    }
+    let out = c.output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A floor set for the whole cluster through one agent (h1) is in force on
+/// the host that runs the tenant (h2), wins over h2's file and its local
+/// API, is refused when every host's floors would not fit, and gives the
+/// file's floor back when cleared.
+fn floors_set_for_the_cluster(h1: &Daemon, h2: &Daemon) {
+    let spec = ApiSpec::load();
+    let floor_of =
+        |d: &Daemon, tenant: &str| d.get(&format!("/api/v1/tenants/{tenant}")).1["floor"].clone();
+    let url = h1.url("");
+    let (code, _, err) = iofloor(
+        &["cluster", "set-floor", "noisy", "500iops", "--url", &url],
+        None,
+    );
+    assert_eq!(code, Some(2), "no token: {err}");
+    assert!(err.contains("401"), "{err}");
+    let (code, out, err) = iofloor(
+        &["cluster", "set-floor", "noisy", "500iops", "--url", &url],
+        Some(TOKEN),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("noisy: floor 500 IOPS on every host"), "{out}");
+    within_20s("h2 applies the cluster's floor", || {
+        let f = floor_of(h2, "noisy");
+        (f == serde_json::json!({"unit": "iops", "value": 500.0}))
+            .then_some(())
+            .ok_or(f.to_string())
+    });
+    let (_, out, _) = iofloor(&["cluster", "floors", "--url", &h2.url("")], None);
+    assert_eq!(out.trim(), "noisy  500 IOPS");
+    let (code, list) = h1.get("/api/v1/cluster/floors");
+    assert_eq!(code, 200);
+    spec.check("/api/v1/cluster/floors", "get", 200, &list);
+    // quiet's 1,000 + 500 fit the 4,000-IOPS device; 3,500 more do not.
+    let (code, _, err) = iofloor(
+        &["cluster", "set-floor", "noisy", "3500iops", "--url", &url],
+        Some(TOKEN),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("409") && err.contains("would not fit"),
+        "{err}"
+    );
+    assert_eq!(floor_of(h2, "noisy")["value"], 500.0, "nothing changed");
+    let (code, answer) = h1.send(
+        "PUT",
+        "/api/v1/cluster/floors/noisy",
+        r#"{"floor": "3500iops"}"#,
+        Some(TOKEN),
+    );
+    assert_eq!(code, 409, "{answer}");
+    spec.check("/api/v1/cluster/floors/{tenant}", "put", 409, &answer);
+    // h2's own API cannot undo the cluster's floor.
+    let (code, answer) = h2.send(
+        "PATCH",
+        "/api/v1/tenants/noisy",
+        r#"{"floor": "10iops"}"#,
+        Some(TOKEN),
+    );
+    assert_eq!(code, 400, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("set for the whole cluster"),
+        "{answer}"
+    );
+    let (code, out, err) = iofloor(
+        &["cluster", "set-floor", "noisy", "--clear", "--url", &url],
+        Some(TOKEN),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("the host files' floors apply"), "{out}");
+    within_20s("h2's file floor (none) again", || {
+        let f = floor_of(h2, "noisy");
+        f.is_null().then_some(()).ok_or(f.to_string())
+    });
+    let (code, _, err) = iofloor(
+        &["cluster", "set-floor", "noisy", "5 furlongs", "--url", &url],
+        Some(TOKEN),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("FLOOR `5 furlongs`"), "{err}");
 }
 
 #[test]

@@ -346,6 +346,7 @@ impl Daemon {
         let mut req = match method {
             "PATCH" => self.agent.patch(&url),
             "POST" => self.agent.post(&url),
+            "PUT" => self.agent.put(&url),
             other => panic!("method {other}"),
         };
         if let Some(t) = token {
