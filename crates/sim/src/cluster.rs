@@ -58,13 +58,15 @@ pub(crate) struct SimCluster {
 }
 
 impl SimCluster {
-    /// The cluster of `scenario` (which must have one) with `kind` as the
-    /// allocator's policy.
-    pub fn new(scenario: &Scenario, kind: PolicyKind, specs: &[Arc<TenantSpec>]) -> SimCluster {
-        let shape = scenario
-            .cluster
-            .clone()
-            .expect("SimCluster::new is only called for cluster scenarios");
+    /// The cluster `shape` of `scenario` with `kind` as the allocator's
+    /// policy; `specs` are the scenario's tenants, in its order.
+    pub fn new(
+        scenario: &Scenario,
+        shape: &Cluster,
+        kind: PolicyKind,
+        specs: &[Arc<TenantSpec>],
+    ) -> SimCluster {
+        let shape = shape.clone();
         let ctx = PolicyContext {
             cost: scenario.policy_model,
             capacity: 1.0,

@@ -867,8 +867,8 @@ impl<'s> Engine<'s> {
                 policy::build(c.kind(), &self.sc.policy, ctx),
                 specs,
             )),
-            (Some(Control::Policy(kind)), Some(_)) => {
-                Driver::Cluster(Box::new(SimCluster::new(self.sc, kind, &specs)))
+            (Some(Control::Policy(kind)), Some(shape)) => {
+                Driver::Cluster(Box::new(SimCluster::new(self.sc, shape, kind, &specs)))
             }
             (Some(Control::HostsAlone(kind)), Some(cluster)) => Driver::HostsAlone(
                 (0..cluster.hosts.len())
@@ -936,9 +936,8 @@ impl<'s> Engine<'s> {
                     Driver::HostsAlone(controllers) => {
                         // A killed daemon's caps stay as it last wrote them;
                         // hosts alone have no etcd to be cut off from.
-                        let (_, h, kind) =
-                            self.sc.cluster.as_ref().expect("a cluster").events[a as usize];
-                        if kind == ClusterEventKind::Kill {
+                        let event = self.sc.cluster.as_ref().map(|c| c.events[a as usize]);
+                        if let Some((_, h, ClusterEventKind::Kill)) = event {
                             controllers[h] = None;
                         }
                     }
