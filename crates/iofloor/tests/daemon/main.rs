@@ -446,11 +446,11 @@ cgroup = "{parent}/noisy"
     });
     daemon.kill9();
     assert!(capped(&cg), "SIGKILL leaves iofloor's caps in place");
-    let state: Value = serde_json::from_str(
-        &std::fs::read_to_string(daemon.dir.path().join("state.json")).unwrap(),
-    )
-    .unwrap();
+    let state_path = daemon.dir.path().join("state.json");
+    let state_text = std::fs::read_to_string(&state_path).unwrap();
+    let state: Value = serde_json::from_str(&state_text).unwrap();
     assert_eq!(state["entries"].as_array().unwrap().len(), 2, "{state}");
+    assert_eq!(state["version"], 2, "{state}");
     cg.wait_fio();
     daemon.spawn();
     assert!(
@@ -468,6 +468,28 @@ cgroup = "{parent}/noisy"
         cg.read_limit("noisy", "blkio.throttle.read_bps_device"),
         original
     );
+
+    // A state file cut short (a torn write of another tool, a full disk) is
+    // the only record of what to restore: the start stops, names it and
+    // what to do, and leaves it as it is.
+    let torn = &state_text[..state_text.len() / 2];
+    std::fs::write(&state_path, torn).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_iofloor"))
+        .args(["run", "--config"])
+        .arg(daemon.dir.path().join("iofloor.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started on a torn state file: {err}");
+    assert!(
+        err.contains(&state_path.display().to_string())
+            && err.contains("corrupt or truncated")
+            && err.contains("put those limits back by hand"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&state_path).unwrap(), torn);
+    assert!(!capped(&cg), "nothing was written to the tenants");
+    std::fs::remove_file(&state_path).unwrap();
 }
 
 #[test]
