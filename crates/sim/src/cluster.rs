@@ -9,7 +9,8 @@
 //! `lease_ttl` more); when the allocator's lease ends, the first live,
 //! reachable host (in the scenario's order) takes over, resuming from the
 //! capacity the last allocation it received carried, with a higher epoch.
-//! Everything happens at simulated times, so a run is deterministic.
+//! Everything happens at simulated times, so a run is deterministic (but
+//! for the allocator's round times, which are measured).
 
 use iofloor_cluster::{AgentPolicy, AgentRule, Allocation, Allocator, HostReport, Mailbox};
 use iofloor_core::control::Controller;
@@ -55,6 +56,32 @@ pub(crate) struct SimCluster {
     capacity: Option<f64>,
     /// From when each host allocated (its first round).
     pub takeovers: Vec<(Duration, String)>,
+    exchange: ExchangeTotals,
+}
+
+/// What the hosts and the allocator exchanged through (modelled) etcd.
+#[derive(Debug, Clone, Copy, Default)]
+struct ExchangeTotals {
+    report_bytes: u64,
+    reports: u64,
+    allocation_bytes: u64,
+    allocations: u64,
+    rounds: u64,
+    round_total: Duration,
+    round_max: Duration,
+}
+
+/// A cluster run's exchange, per host and interval, and the allocator's
+/// rounds (wall-clock time of [`Allocator::allocate`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ExchangeStats {
+    /// Mean bytes of a host's report (what it writes per interval) and of
+    /// its allocation (what it reads).
+    pub report_bytes: f64,
+    pub allocation_bytes: f64,
+    pub rounds: u64,
+    pub round_mean: Duration,
+    pub round_max: Duration,
 }
 
 impl SimCluster {
@@ -107,6 +134,19 @@ impl SimCluster {
             ctx,
             capacity: None,
             takeovers: Vec::new(),
+            exchange: ExchangeTotals::default(),
+        }
+    }
+
+    pub fn exchange(&self) -> ExchangeStats {
+        let e = &self.exchange;
+        let mean = |bytes: u64, n: u64| if n == 0 { 0.0 } else { bytes as f64 / n as f64 };
+        ExchangeStats {
+            report_bytes: mean(e.report_bytes, e.reports),
+            allocation_bytes: mean(e.allocation_bytes, e.allocations),
+            rounds: e.rounds,
+            round_mean: e.round_total / e.rounds.max(1) as u32,
+            round_max: e.round_max,
         }
     }
 
@@ -128,6 +168,10 @@ impl SimCluster {
             tick_host(h, &mut host.controller);
             let report = lock(&host.mailbox).outgoing.take();
             if host.reachable {
+                if let Some(r) = &report {
+                    self.exchange.report_bytes += r.encode().len() as u64;
+                    self.exchange.reports += 1;
+                }
                 host.report = report;
             }
         }
@@ -135,8 +179,9 @@ impl SimCluster {
 
     /// The allocator's round at `now`: reports of hosts whose lease still
     /// holds, a new allocator when the last one's lease ended, allocations
-    /// to the hosts that can read them.
-    pub fn allocate(&mut self, now: Duration) {
+    /// to the hosts that can read them. Returns how long the round took,
+    /// if one ran.
+    pub fn allocate(&mut self, now: Duration) -> Option<Duration> {
         let ttl = self.shape.lease_ttl;
         for host in &mut self.hosts {
             if !host.lease_valid(now, ttl) {
@@ -173,19 +218,23 @@ impl SimCluster {
         for host in self.hosts.iter().filter(|h| h.alive && h.reachable) {
             lock(&host.mailbox).hosts_seen = seen;
         }
-        let Some((h, allocator)) = self.allocator.as_mut() else {
-            return;
-        };
+        let (h, allocator) = self.allocator.as_mut()?;
         let writer = &self.hosts[*h];
         // A cut-off allocator's fenced writes do not reach etcd.
         if !(writer.alive && writer.reachable) || reports.is_empty() {
-            return;
+            return None;
         }
+        let started = std::time::Instant::now();
         let round = allocator.allocate(now, &reports);
+        let took = started.elapsed();
+        self.exchange.rounds += 1;
+        self.exchange.round_total += took;
+        self.exchange.round_max = self.exchange.round_max.max(took);
         self.capacity = Some(round.capacity);
         for allocation in round.allocations {
             self.deliver(allocation);
         }
+        Some(took)
     }
 
     fn deliver(&mut self, allocation: Allocation) {
@@ -194,6 +243,8 @@ impl SimCluster {
         };
         let host = &mut self.hosts[h];
         if host.alive && host.reachable {
+            self.exchange.allocation_bytes += allocation.encode().len() as u64;
+            self.exchange.allocations += 1;
             host.last_capacity = Some(allocation.capacity);
             lock(&host.mailbox).incoming = Some(allocation);
         }

@@ -19,7 +19,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cluster::SimCluster;
+use crate::cluster::{ExchangeStats, SimCluster};
 
 const NS: f64 = 1e9;
 /// blk-throttle's time slice on non-rotational devices (DFL_THROTL_SLICE_SSD, 20 ms):
@@ -325,6 +325,8 @@ pub struct EngineOutput {
     pub ios_in_flight: u64,
     /// In a cluster run: from when each host was the allocator (its first round).
     pub allocators: Vec<(Duration, String)>,
+    /// In a cluster run: what went through etcd, and the allocator's rounds.
+    pub exchange: Option<ExchangeStats>,
 }
 
 pub struct Engine<'s> {
@@ -925,9 +927,9 @@ impl<'s> Engine<'s> {
                 }
                 Kind::Scheduled if b == ALLOCATE => {
                     if let Driver::Cluster(c) = &mut driver {
-                        let started = std::time::Instant::now();
-                        c.allocate(Duration::from_nanos(self.now));
-                        decisions.record(started.elapsed());
+                        if let Some(took) = c.allocate(Duration::from_nanos(self.now)) {
+                            decisions.record(took);
+                        }
                         self.capacity_estimate = c.capacity();
                     }
                 }
@@ -966,6 +968,10 @@ impl<'s> Engine<'s> {
             ios_completed: self.completed,
             ios_issued: self.issued,
             ios_in_flight: in_flight,
+            exchange: match &driver {
+                Driver::Cluster(c) => Some(c.exchange()),
+                _ => None,
+            },
             allocators: match driver {
                 Driver::Cluster(c) => c.takeovers,
                 _ => Vec::new(),

@@ -15,6 +15,8 @@
 mod cluster;
 pub mod engine;
 
+pub use cluster::ExchangeStats;
+
 use engine::{Engine, EngineOutput};
 use iofloor_scenario::{Control, RawRun, RunEnvironment, Scenario, Testbed};
 
