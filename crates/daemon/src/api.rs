@@ -196,18 +196,12 @@ async fn put_cluster_floor(
         Ok(p) => p,
         Err(m) => return error(StatusCode::BAD_REQUEST, m),
     };
-    let Some(floor) = patch.floor else {
+    let (Some(floor), None, None) = (patch.floor, patch.ceiling, patch.weight) else {
         return error(
             StatusCode::BAD_REQUEST,
             "only `floor` is set for the whole cluster (ceilings and weights stay in the host files)",
         );
     };
-    if patch.ceiling.is_some() || patch.weight.is_some() {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "only `floor` is set for the whole cluster (ceilings and weights stay in the host files)",
-        );
-    }
     if let Err(e) = iofloor_core::model::check_promise(floor, None, None) {
         return error(StatusCode::BAD_REQUEST, e.to_string());
     }
