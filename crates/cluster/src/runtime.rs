@@ -191,15 +191,39 @@ pub struct ClusterReader<C: Coordinator> {
     target_utilisation: f64,
 }
 
+/// Floors set for the whole cluster, by tenant (`None`: no floor).
+pub type ClusterFloors = BTreeMap<String, Option<Rate>>;
+
+/// The cluster's floors under `prefix`, by tenant, and the keys that were
+/// left out with why (garbage, a future schema, a value naming another
+/// tenant than its key).
+fn decode_floors(
+    prefix: &str,
+    kvs: Vec<(String, Vec<u8>)>,
+) -> (ClusterFloors, Vec<(String, String)>) {
+    let mut floors = BTreeMap::new();
+    let mut refused = Vec::new();
+    for (key, bytes) in kvs {
+        match FloorSetting::decode(&bytes) {
+            Ok(f) if key.strip_prefix(prefix) == Some(f.tenant.as_str()) => {
+                floors.insert(f.tenant, f.floor);
+            }
+            Ok(f) => refused.push((key, format!("names tenant `{}`", f.tenant))),
+            Err(e) => refused.push((key, e.to_string())),
+        }
+    }
+    (floors, refused)
+}
+
 /// The admission verdict over every host's reported tenants, with the
-/// cluster's `floors` in force and `change` applied. Tenants are named
-/// `host/name`, as the allocator names them.
+/// cluster's `floors` in force and `change`, if any, applied. Tenants are
+/// named `host/name`, as the allocator names them.
 pub fn cluster_admission(
     cost: &CostModel,
     usable_capacity: f64,
     reports: &[HostReport],
-    floors: &BTreeMap<String, Option<Rate>>,
-    change: (&str, Option<Rate>),
+    floors: &ClusterFloors,
+    change: Option<(&str, Option<Rate>)>,
 ) -> AdmissionVerdict {
     let specs: Vec<(TenantSpec, Option<Usage>)> = reports
         .iter()
@@ -209,8 +233,8 @@ pub fn cluster_admission(
                 if let Some(floor) = floors.get(&spec.name) {
                     spec.floor = *floor;
                 }
-                if spec.name == change.0 {
-                    spec.floor = change.1;
+                if let Some((_, floor)) = change.filter(|(name, _)| *name == spec.name) {
+                    spec.floor = floor;
                 }
                 spec.name = format!("{}/{}", r.host, spec.name);
                 let mix = t.usage.filter(|u| !u.is_idle());
@@ -261,29 +285,28 @@ impl<C: Coordinator> ClusterReader<C> {
             .collect())
     }
 
-    /// The floors set for the whole cluster, by tenant.
-    pub async fn floors(&self) -> Result<BTreeMap<String, Option<Rate>>, CoordError> {
+    /// The floors set for the whole cluster, by tenant (values the agents
+    /// refuse and log are left out here too).
+    pub async fn floors(&self) -> Result<ClusterFloors, CoordError> {
         let mut coord = self.coord.clone();
-        let kvs = coord.get_prefix(&self.keys.floors(&self.device)).await?;
-        Ok(kvs
-            .iter()
-            .filter_map(|(_, v)| FloorSetting::decode(v).ok())
-            .map(|f| (f.tenant, f.floor))
-            .collect())
+        let prefix = self.keys.floors(&self.device);
+        let kvs = coord.get_prefix(&prefix).await?;
+        Ok(decode_floors(&prefix, kvs).0)
     }
 
-    /// Admission control across hosts: would every reported tenant's floor
-    /// (with the cluster's floors, and `tenant` at `floor`) fit the shared
-    /// device? Priced with the model and each tenant's last mix, against
-    /// the target share of the learned capacity (the newest allocation's;
-    /// a learned capacity above the model's does not raise what can be
-    /// promised, as on one host). A tenant on several hosts counts once per
-    /// host: each is promised its floor.
-    pub async fn admission(
+    /// Admission control across hosts for setting `tenant`'s cluster floor
+    /// to `floor`: the verdicts as things are and with the change, from one
+    /// read of etcd. Every reported tenant's floor (the cluster's where set)
+    /// is priced with the model and its last mix, against the target share
+    /// of the learned capacity (the newest allocation's; a learned capacity
+    /// above the model's does not raise what can be promised, as on one
+    /// host). A tenant on several hosts counts once per host: each is
+    /// promised its floor.
+    pub async fn floor_admission(
         &self,
         tenant: &str,
         floor: Option<Rate>,
-    ) -> Result<AdmissionVerdict, CoordError> {
+    ) -> Result<(AdmissionVerdict, AdmissionVerdict), CoordError> {
         let reports = self.reports().await?;
         let floors = self.floors().await?;
         let capacity = self
@@ -293,13 +316,9 @@ impl<C: Coordinator> ClusterReader<C> {
             .max_by_key(|a| (a.epoch, a.seq))
             .map(|a| a.capacity)
             .unwrap_or(1.0);
-        Ok(cluster_admission(
-            &self.cost,
-            self.target_utilisation * capacity.min(1.0),
-            &reports,
-            &floors,
-            (tenant, floor),
-        ))
+        let usable = self.target_utilisation * capacity.min(1.0);
+        let verdict = |change| cluster_admission(&self.cost, usable, &reports, &floors, change);
+        Ok((verdict(None), verdict(Some((tenant, floor)))))
     }
 
     /// Sets (`Some`) or removes (`None`: the host files' floors again) the
@@ -547,15 +566,10 @@ impl<C: Coordinator> Agent<C> {
             self.last_allocation = Some(a.clone());
         }
         let floors_prefix = self.keys.floors(&self.settings.device);
-        let mut floors = BTreeMap::new();
-        for (key, bytes) in self.coord.get_prefix(&floors_prefix).await? {
-            match FloorSetting::decode(&bytes) {
-                Ok(f) if key.strip_prefix(&floors_prefix) == Some(f.tenant.as_str()) => {
-                    floors.insert(f.tenant, f.floor);
-                }
-                Ok(f) => self.warn_once(&key, &format!("names tenant `{}`", f.tenant)),
-                Err(e) => self.warn_once(&key, &e.to_string()),
-            }
+        let kvs = self.coord.get_prefix(&floors_prefix).await?;
+        let (floors, refused) = decode_floors(&floors_prefix, kvs);
+        for (key, why) in refused {
+            self.warn_once(&key, &why);
         }
         {
             let mut m = self.mailbox.lock().unwrap_or_else(|e| e.into_inner());
@@ -708,7 +722,7 @@ mod tests {
             0.9,
             &reports,
             &none,
-            ("web", Some(Rate::Iops(1500.0))),
+            Some(("web", Some(Rate::Iops(1500.0)))),
         );
         assert!(v.admitted, "{}", v.summary());
         assert!((v.total_floor_cost - 0.875).abs() < 1e-9);
@@ -721,7 +735,7 @@ mod tests {
             0.9,
             &reports,
             &floors,
-            ("web", Some(Rate::Iops(1500.0))),
+            Some(("web", Some(Rate::Iops(1500.0)))),
         );
         assert!(!v.admitted);
         assert_eq!(v.refused(), ["h2/db"], "{}", v.summary());
@@ -732,7 +746,7 @@ mod tests {
             0.9,
             &reports,
             &floors,
-            ("web", Some(Rate::Iops(3500.0))),
+            Some(("web", Some(Rate::Iops(3500.0)))),
         );
         assert!(v.admitted, "{}", v.summary());
     }

@@ -145,35 +145,30 @@ fn etcd_error(e: impl std::fmt::Display) -> ApiError {
     )
 }
 
+/// A change to the cluster: authorised as every change is, on an agent.
+fn changing_cluster(
+    state: &ApiState,
+    headers: &HeaderMap,
+) -> Result<iofloor_cluster::ClusterReader<iofloor_cluster::Etcd>, ApiError> {
+    authorise(state, headers)?;
+    cluster_reader(state)
+}
+
 /// The whole cluster (every host's tenants of the shared device), read
 /// from etcd now: any agent answers.
-async fn cluster(State(state): State<ApiState>) -> Response {
-    let reader = match cluster_reader(&state) {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
-    match reader.read().await {
-        Ok(view) => Json(view).into_response(),
-        Err(e) => etcd_error(e).into_response(),
-    }
+async fn cluster(State(state): State<ApiState>) -> Result<Response, ApiError> {
+    let view = cluster_reader(&state)?.read().await.map_err(etcd_error)?;
+    Ok(Json(view).into_response())
 }
 
 /// The floors set for the whole cluster.
-async fn cluster_floors(State(state): State<ApiState>) -> Response {
-    let reader = match cluster_reader(&state) {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
-    match reader.floors().await {
-        Ok(floors) => {
-            let floors: Vec<_> = floors
-                .into_iter()
-                .map(|(tenant, floor)| json!({ "tenant": tenant, "floor": floor }))
-                .collect();
-            Json(json!({ "floors": floors })).into_response()
-        }
-        Err(e) => etcd_error(e).into_response(),
-    }
+async fn cluster_floors(State(state): State<ApiState>) -> Result<Response, ApiError> {
+    let floors = cluster_reader(&state)?.floors().await.map_err(etcd_error)?;
+    let floors: Vec<_> = floors
+        .into_iter()
+        .map(|(tenant, floor)| json!({ "tenant": tenant, "floor": floor }))
+        .collect();
+    Ok(Json(json!({ "floors": floors })).into_response())
 }
 
 /// Sets a tenant's floor for the whole cluster (`{"floor": "500 IOPS"}`, or
@@ -184,44 +179,27 @@ async fn put_cluster_floor(
     Path(tenant): Path<String>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    if let Err(r) = authorise(&s, &headers) {
-        return r.into_response();
-    }
-    let reader = match cluster_reader(&s) {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
-    let patch = match parse_patch(&body) {
-        Ok(p) => p,
-        Err(m) => return error(StatusCode::BAD_REQUEST, m),
-    };
+) -> Result<Response, ApiError> {
+    let reader = changing_cluster(&s, &headers)?;
+    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, m);
+    let patch = parse_patch(&body).map_err(bad)?;
     let (Some(floor), None, None) = (patch.floor, patch.ceiling, patch.weight) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "only `floor` is set for the whole cluster (ceilings and weights stay in the host files)",
-        );
+        return Err(bad(
+            "only `floor` is set for the whole cluster (ceilings and weights stay in the host files)"
+                .into(),
+        ));
     };
-    if let Err(e) = iofloor_core::model::check_promise(floor, None, None) {
-        return error(StatusCode::BAD_REQUEST, e.to_string());
-    }
-    let current = match reader.floors().await {
-        Ok(f) => f.get(&tenant).copied().flatten(),
-        Err(e) => return etcd_error(e).into_response(),
-    };
-    let (before, after) = match (
-        reader.admission(&tenant, current).await,
-        reader.admission(&tenant, floor).await,
-    ) {
-        (Ok(b), Ok(a)) => (b, a),
-        (Err(e), _) | (_, Err(e)) => return etcd_error(e).into_response(),
-    };
+    iofloor_core::model::check_promise(floor, None, None).map_err(|e| bad(e.to_string()))?;
+    let (before, after) = reader
+        .floor_admission(&tenant, floor)
+        .await
+        .map_err(etcd_error)?;
     // A change that adds to floors that do not fit is refused; one that
     // lowers them is always taken, even on an overcommitted device.
     let overfull = after.total_floor_cost > after.usable_capacity * (1.0 + 1e-9);
     if overfull && after.total_floor_cost > before.total_floor_cost + 1e-12 {
         let view = crate::view::AdmissionView::new(reader.device(), &after);
-        return (
+        return Ok((
             StatusCode::CONFLICT,
             Json(json!({
                 "error": format!(
@@ -231,15 +209,14 @@ async fn put_cluster_floor(
                 "admission": view,
             })),
         )
-            .into_response();
+            .into_response());
     }
-    match reader.set_floor(&tenant, Some(floor)).await {
-        Ok(()) => {
-            tracing::info!(tenant = %tenant, floor = ?floor, "floor set for the whole cluster");
-            Json(json!({ "tenant": tenant, "floor": floor, "set": true })).into_response()
-        }
-        Err(e) => etcd_error(e).into_response(),
-    }
+    reader
+        .set_floor(&tenant, Some(floor))
+        .await
+        .map_err(etcd_error)?;
+    tracing::info!(tenant = %tenant, floor = ?floor, "floor set for the whole cluster");
+    Ok(Json(json!({ "tenant": tenant, "floor": floor, "set": true })).into_response())
 }
 
 /// Removes a tenant's cluster floor: the host files' floors apply again.
@@ -247,21 +224,11 @@ async fn delete_cluster_floor(
     State(s): State<ApiState>,
     Path(tenant): Path<String>,
     headers: HeaderMap,
-) -> Response {
-    if let Err(r) = authorise(&s, &headers) {
-        return r.into_response();
-    }
-    let reader = match cluster_reader(&s) {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
-    match reader.set_floor(&tenant, None).await {
-        Ok(()) => {
-            tracing::info!(tenant = %tenant, "cluster floor removed: the host files' floors apply");
-            Json(json!({ "tenant": tenant, "floor": null, "set": false })).into_response()
-        }
-        Err(e) => etcd_error(e).into_response(),
-    }
+) -> Result<Response, ApiError> {
+    let reader = changing_cluster(&s, &headers)?;
+    reader.set_floor(&tenant, None).await.map_err(etcd_error)?;
+    tracing::info!(tenant = %tenant, "cluster floor removed: the host files' floors apply");
+    Ok(Json(json!({ "tenant": tenant, "floor": null, "set": false })).into_response())
 }
 
 async fn status(State(s): State<ApiState>) -> Response {

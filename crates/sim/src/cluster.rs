@@ -42,6 +42,22 @@ impl SimHost {
     }
 }
 
+/// The specs of host `h`'s tenants; `specs` are the scenario's tenants', in
+/// its order.
+pub(crate) fn tenants_on(
+    scenario: &Scenario,
+    specs: &[Arc<TenantSpec>],
+    h: usize,
+) -> Vec<Arc<TenantSpec>> {
+    scenario
+        .tenants
+        .iter()
+        .zip(specs)
+        .filter(|(t, _)| t.host == Some(h))
+        .map(|(_, s)| s.clone())
+        .collect()
+}
+
 /// Hosts, the allocator and what etcd would hold between them.
 pub(crate) struct SimCluster {
     shape: Cluster,
@@ -106,15 +122,8 @@ impl SimCluster {
                 let mailbox = Arc::new(Mutex::new(Mailbox::default()));
                 let rule = AgentRule::new(scenario.policy_model, shape.stale_after);
                 let policy = AgentPolicy::new(name.clone(), DEVICE, rule, mailbox.clone());
-                let mine = scenario
-                    .tenants
-                    .iter()
-                    .zip(specs)
-                    .filter(|(t, _)| t.host == Some(h))
-                    .map(|(_, s)| s.clone())
-                    .collect();
                 SimHost {
-                    controller: Controller::new(Box::new(policy), mine),
+                    controller: Controller::new(Box::new(policy), tenants_on(scenario, specs, h)),
                     mailbox,
                     alive: true,
                     reachable: true,

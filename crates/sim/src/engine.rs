@@ -19,7 +19,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cluster::{ExchangeStats, SimCluster};
+use crate::cluster::{tenants_on, ExchangeStats, SimCluster};
 
 const NS: f64 = 1e9;
 /// blk-throttle's time slice on non-rotational devices (DFL_THROTL_SLICE_SSD, 20 ms):
@@ -875,16 +875,8 @@ impl<'s> Engine<'s> {
             (Some(Control::HostsAlone(kind)), Some(cluster)) => Driver::HostsAlone(
                 (0..cluster.hosts.len())
                     .map(|h| {
-                        let mine = self
-                            .sc
-                            .tenants
-                            .iter()
-                            .zip(&specs)
-                            .filter(|(t, _)| t.host == Some(h))
-                            .map(|(_, s)| s.clone())
-                            .collect();
-                        let c = Controller::new(policy::build(kind, &self.sc.policy, ctx), mine);
-                        Some(c)
+                        let policy = policy::build(kind, &self.sc.policy, ctx);
+                        Some(Controller::new(policy, tenants_on(self.sc, &specs, h)))
                     })
                     .collect(),
             ),

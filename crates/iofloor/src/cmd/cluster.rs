@@ -129,25 +129,20 @@ fn call_api(
         .timeout_global(Some(std::time::Duration::from_secs(15)))
         .build()
         .into();
-    let auth = token.map(|t| format!("Bearer {t}"));
-    let mut resp = match (method, body) {
-        ("GET", _) => agent.get(url).call(),
-        ("DELETE", _) => {
-            let mut r = agent.delete(url);
-            if let Some(a) = &auth {
-                r = r.header("Authorization", a);
-            }
-            r.call()
-        }
-        (_, body) => {
-            let mut r = agent.put(url).header("Content-Type", "application/json");
-            if let Some(a) = &auth {
-                r = r.header("Authorization", a);
-            }
-            r.send(body.unwrap_or_default().to_string())
-        }
+    let mut request = ureq::http::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("Content-Type", "application/json");
+    if let Some(t) = token {
+        request = request.header("Authorization", format!("Bearer {t}"));
     }
-    .with_context(|| format!("{method} {url}"))?;
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let request = request
+        .body(body)
+        .with_context(|| format!("{method} {url}"))?;
+    let mut resp = agent
+        .run(request)
+        .with_context(|| format!("{method} {url}"))?;
     let status = resp.status().as_u16();
     let answer: serde_json::Value = resp
         .body_mut()
@@ -176,16 +171,10 @@ fn floors_url(base: &str, tenant: Option<&str>) -> String {
     }
 }
 
+/// A floor as the API writes it (a rate, or `null` for none).
 fn floor_text(v: &serde_json::Value) -> String {
-    match (v["unit"].as_str(), v["value"].as_f64()) {
-        (Some(unit), Some(value)) => {
-            let rate = match unit {
-                "iops" => Rate::Iops(value),
-                "bytes_per_sec" => Rate::BytesPerSec(value),
-                _ => Rate::Cost(value),
-            };
-            rate.to_string()
-        }
+    match serde_json::from_value::<Option<Rate>>(v.clone()) {
+        Ok(Some(rate)) => rate.to_string(),
         _ => "none".into(),
     }
 }
