@@ -2,7 +2,7 @@
 # Runs every check of iofloor: formatting, clippy with warnings as errors,
 # then every test — unit, property, simulator, CLI end to end, and the
 # real-kernel ones (cgroup v1 blk-throttle, the rig, fio, a TCG guest, the
-# daemon). Installs what the real tests need first (scripts/deps.sh). A real
+# daemon) — then a minute of AFL++ on every fuzz target. Installs what the real tests need first (scripts/deps.sh). A real
 # test whose machine is missing something fails; it never passes silently.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,3 +10,4 @@ cd "$(dirname "$0")/.."
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+./scripts/fuzz.sh --seconds 60

@@ -197,7 +197,7 @@ pub type ClusterFloors = BTreeMap<String, Option<Rate>>;
 /// The cluster's floors under `prefix`, by tenant, and the keys that were
 /// left out with why (garbage, a future schema, a value naming another
 /// tenant than its key).
-fn decode_floors(
+pub fn decode_floors(
     prefix: &str,
     kvs: Vec<(String, Vec<u8>)>,
 ) -> (ClusterFloors, Vec<(String, String)>) {

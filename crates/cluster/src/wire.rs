@@ -102,7 +102,7 @@ struct SchemaOnly {
     schema: u32,
 }
 
-fn decode<T: serde::de::DeserializeOwned>(
+fn decode<T: serde::de::DeserializeOwned + Check>(
     what: &'static str,
     bytes: &[u8],
 ) -> Result<T, WireError> {
@@ -124,10 +124,64 @@ fn decode<T: serde::de::DeserializeOwned>(
             detail: "schema 0".into(),
         });
     }
-    serde_json::from_slice(bytes).map_err(|e| WireError::Garbage {
+    let value: T = serde_json::from_slice(bytes).map_err(|e| WireError::Garbage {
         what,
         detail: e.to_string(),
-    })
+    })?;
+    value
+        .check()
+        .map_err(|detail| WireError::Garbage { what, detail })?;
+    Ok(value)
+}
+
+/// What JSON's types cannot say about a value read from etcd: a floor of
+/// zero or a negative cap parses, and would be applied as written.
+trait Check {
+    fn check(&self) -> Result<(), String>;
+}
+
+fn check_caps(tenant: &str, caps: &Caps) -> Result<(), String> {
+    for v in [
+        caps.read_iops,
+        caps.write_iops,
+        caps.read_bps,
+        caps.write_bps,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(format!("tenant `{tenant}`: cap {v} is not a limit"));
+        }
+    }
+    Ok(())
+}
+
+impl Check for HostReport {
+    fn check(&self) -> Result<(), String> {
+        for t in &self.tenants {
+            t.spec
+                .check_promise()
+                .map_err(|e| format!("tenant `{}`: {e}", t.spec.name))?;
+            check_caps(&t.spec.name, &t.caps)?;
+        }
+        Ok(())
+    }
+}
+
+impl Check for FloorSetting {
+    fn check(&self) -> Result<(), String> {
+        iofloor_core::model::check_promise(self.floor, None, None)
+            .map_err(|e| format!("tenant `{}`: {e}", self.tenant))
+    }
+}
+
+impl Check for Allocation {
+    fn check(&self) -> Result<(), String> {
+        self.caps
+            .iter()
+            .try_for_each(|(tenant, caps)| check_caps(tenant, caps))
+    }
 }
 
 impl HostReport {
@@ -214,5 +268,18 @@ mod tests {
         assert!(e.to_string().contains("host report"), "{e}");
         let e = HostReport::decode(br#"{"schema": 0}"#).unwrap_err();
         assert!(matches!(e, WireError::Garbage { .. }), "{e}");
+    }
+
+    /// Found by fuzzing: well-formed JSON with a floor of zero was taken as
+    /// a cluster floor; a negative cap would have been applied as 1 IOPS.
+    #[test]
+    fn values_that_parse_but_promise_nothing_sane_are_refused() {
+        let floor = br#"{"schema": 1, "tenant": "t1", "floor": {"unit": "iops", "value": 0}}"#;
+        let e = FloorSetting::decode(floor).unwrap_err();
+        assert!(e.to_string().contains("`t1`: `floor`"), "{e}");
+        let mut a = allocation();
+        a.caps[0].1.write_bps = Some(-5.0);
+        let e = Allocation::decode(&a.encode()).unwrap_err();
+        assert!(e.to_string().contains("cap -5"), "{e}");
     }
 }

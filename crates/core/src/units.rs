@@ -67,6 +67,9 @@ pub fn parse_size(text: &str) -> Result<u64, UnitError> {
     if bytes < 1.0 {
         return Err(UnitError(format!("size `{text}` must be at least 1 byte")));
     }
+    if bytes >= u64::MAX as f64 {
+        return Err(UnitError(format!("size `{text}` is too large")));
+    }
     Ok(bytes.round() as u64)
 }
 
@@ -88,7 +91,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     if secs < 0.0 {
         return Err(UnitError(format!("duration `{text}` is negative")));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| UnitError(format!("duration `{text}` is too long")))
 }
 
 /// A throughput: what a floor, a ceiling or a job's rate is stated in.
@@ -184,6 +188,9 @@ impl Rate {
                 "rate `{text}` must be greater than zero"
             )));
         }
+        if !rate.value().is_finite() {
+            return Err(UnitError(format!("rate `{text}` is too large")));
+        }
         Ok(rate)
     }
 }
@@ -263,6 +270,27 @@ mod tests {
         assert_eq!(parse_duration("5").unwrap(), Duration::from_secs(5));
         assert!(parse_duration("5 fortnights").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    /// Found by fuzzing: a number too large for a Duration panicked, and one
+    /// too large for an f64 once multiplied became an infinite rate.
+    #[test]
+    fn quantities_too_large_are_errors() {
+        let huge = "9".repeat(300);
+        assert!(parse_duration(&format!("{huge}h"))
+            .unwrap_err()
+            .0
+            .contains("too long"));
+        assert!(parse_duration(&"8".repeat(30)).is_err());
+        let big = format!("1{}", "0".repeat(305));
+        assert!(Rate::parse(&format!("{big}m iops"))
+            .unwrap_err()
+            .0
+            .contains("too large"));
+        assert!(parse_size(&format!("{big}TiB"))
+            .unwrap_err()
+            .0
+            .contains("too large"));
     }
 }
 

@@ -74,6 +74,31 @@ pub struct Ownership {
     dirty: bool,
 }
 
+/// A state file's text: the pid of the iofloor that wrote it and the
+/// entries it owned. Corrupt, truncated or newer files are errors that name
+/// the file and what to do: the file is the only record of what to restore.
+pub fn parse_state(text: &str, path: &Path) -> anyhow::Result<(u32, Vec<Entry>)> {
+    let state: StateFile = serde_json::from_str(text).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not a readable iofloor state file ({e}); it may be corrupt or truncated. It is \
+             the only record of the limits a previous iofloor changed: put those limits back \
+             by hand (its `entries` list each tenant's original `caps` or `limits`), then move \
+             the file away and start again",
+            path.display()
+        )
+    })?;
+    if state.version > STATE_VERSION {
+        anyhow::bail!(
+            "{}: state file of version {}, newer than this iofloor's {STATE_VERSION}: start the \
+             iofloor that wrote it (it restores its limits on start), or put them back by hand \
+             and move the file away",
+            path.display(),
+            state.version
+        );
+    }
+    Ok((state.pid, state.entries))
+}
+
 impl Ownership {
     /// Reads what a previous run left (`None` when it ended cleanly), without
     /// taking over the file yet.
@@ -83,25 +108,7 @@ impl Ownership {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => anyhow::bail!("{}: {e}", path.display()),
         };
-        let state: StateFile = serde_json::from_str(&text).map_err(|e| {
-            anyhow::anyhow!(
-                "{}: not a readable iofloor state file ({e}); it may be corrupt or truncated. It is \
-                 the only record of the limits a previous iofloor changed: put those limits back \
-                 by hand (its `entries` list each tenant's original `caps` or `limits`), then move \
-                 the file away and start again",
-                path.display()
-            )
-        })?;
-        if state.version > STATE_VERSION {
-            anyhow::bail!(
-                "{}: state file of version {}, newer than this iofloor's {STATE_VERSION}: start the \
-                 iofloor that wrote it (it restores its limits on start), or put them back by hand \
-                 and move the file away",
-                path.display(),
-                state.version
-            );
-        }
-        Ok(Some((state.pid, state.entries)))
+        parse_state(&text, path).map(Some)
     }
 
     /// Starts a fresh record at `path` (its directory is created).

@@ -153,50 +153,66 @@ const V1_LIMITS: [(&str, CapField); 4] = [
     ("blkio.throttle.write_bps_device", |c| c.write_bps),
 ];
 
-impl BlkioV1 {
-    /// `MAJ:MIN Read N` lines of io_serviced / io_service_bytes for our device.
-    fn read_rw(&self, path: &Path) -> Result<(u64, u64)> {
-        let text = read_file(path)?;
-        let dev = self.dev.to_string();
-        let (mut r, mut w) = (0u64, 0u64);
-        for (n, line) in text.lines().enumerate() {
-            let mut f = line.split_whitespace();
-            match (f.next(), f.next(), f.next()) {
-                (Some(d), Some(op), Some(v)) if d == dev => {
-                    let v: u64 = v.parse().map_err(|_| {
-                        HostError::malformed(
-                            path,
-                            Some(n + 1),
-                            format!("`{line}` is not `MAJ:MIN OP COUNT`"),
-                        )
-                    })?;
-                    match op {
-                        "Read" => r = v,
-                        "Write" => w = v,
-                        _ => {}
-                    }
-                }
+/// The Read and Write counts of `dev` in a v1 `blkio.throttle.io_serviced`
+/// or `io_service_bytes` file's text (`MAJ:MIN OP COUNT` lines); a device
+/// without lines has done no I/O.
+pub fn parse_v1_counts(text: &str, dev: DevId, origin: &Path) -> Result<(u64, u64)> {
+    let dev = dev.to_string();
+    let (mut read, mut write) = (0u64, 0u64);
+    for (n, line) in text.lines().enumerate() {
+        let mut f = line.split_whitespace();
+        if let (Some(d), Some(op), Some(v)) = (f.next(), f.next(), f.next()) {
+            if d != dev {
+                continue;
+            }
+            let v: u64 = v.parse().map_err(|_| {
+                HostError::malformed(
+                    origin,
+                    Some(n + 1),
+                    format!("`{line}` is not `MAJ:MIN OP COUNT`"),
+                )
+            })?;
+            match op {
+                "Read" => read = v,
+                "Write" => write = v,
                 _ => {}
             }
         }
-        Ok((r, w))
+    }
+    Ok((read, write))
+}
+
+/// The limit of `dev` in a v1 `blkio.throttle.*_device` file's text
+/// (`MAJ:MIN LIMIT` lines); none when the device has no line or 0. The kernel
+/// writes whole numbers: anything else (a fraction, `inf`, `NaN`) is an error
+/// rather than a cap the policy would take as real.
+pub fn parse_v1_limit(text: &str, dev: DevId, origin: &Path) -> Result<Option<f64>> {
+    let dev = dev.to_string();
+    for (n, line) in text.lines().enumerate() {
+        let mut f = line.split_whitespace();
+        if let (Some(d), Some(v)) = (f.next(), f.next()) {
+            if d == dev {
+                let v: u64 = v.parse().map_err(|_| {
+                    HostError::malformed(
+                        origin,
+                        Some(n + 1),
+                        format!("`{line}` is not `MAJ:MIN LIMIT`"),
+                    )
+                })?;
+                return Ok((v > 0).then_some(v as f64));
+            }
+        }
+    }
+    Ok(None)
+}
+
+impl BlkioV1 {
+    fn read_rw(&self, path: &Path) -> Result<(u64, u64)> {
+        parse_v1_counts(&read_file(path)?, self.dev, path)
     }
 
     fn read_limit(&self, path: &Path) -> Result<Option<f64>> {
-        let text = read_file(path)?;
-        let dev = self.dev.to_string();
-        for line in text.lines() {
-            let mut f = line.split_whitespace();
-            if let (Some(d), Some(v)) = (f.next(), f.next()) {
-                if d == dev {
-                    let v: f64 = v.parse().map_err(|_| {
-                        HostError::malformed(path, None, format!("`{line}` is not `MAJ:MIN LIMIT`"))
-                    })?;
-                    return Ok((v > 0.0).then_some(v));
-                }
-            }
-        }
-        Ok(None)
+        parse_v1_limit(&read_file(path)?, self.dev, path)
     }
 }
 
@@ -255,30 +271,79 @@ pub struct IoV2 {
     pub dev: DevId,
 }
 
-impl IoV2 {
-    /// The `key=value` fields of our device's line in a v2 file, if any.
-    fn device_fields(&self, path: &Path) -> Result<Option<Vec<(String, String)>>> {
-        let text = read_file(path)?;
-        let dev = self.dev.to_string();
-        for line in text.lines() {
-            let mut words = line.split_whitespace();
-            if words.next() == Some(dev.as_str()) {
-                let mut fields = Vec::new();
-                for w in words {
-                    let (k, v) = w.split_once('=').ok_or_else(|| {
+/// A device's line of a v2 file: its number (from 1) and `key=value` fields.
+type V2Line<'t> = (usize, Vec<(&'t str, &'t str)>);
+
+/// The fields of `dev`'s line in a v2 file's text, if it has one.
+fn v2_device_fields<'t>(text: &'t str, dev: DevId, origin: &Path) -> Result<Option<V2Line<'t>>> {
+    let dev = dev.to_string();
+    for (n, line) in text.lines().enumerate() {
+        let mut words = line.split_whitespace();
+        if words.next() == Some(dev.as_str()) {
+            let fields = words
+                .map(|w| {
+                    w.split_once('=').ok_or_else(|| {
                         HostError::malformed(
-                            path,
-                            None,
+                            origin,
+                            Some(n + 1),
                             format!("`{w}` in `{line}` is not key=value"),
                         )
-                    })?;
-                    fields.push((k.to_string(), v.to_string()));
-                }
-                return Ok(Some(fields));
-            }
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            return Ok(Some((n + 1, fields)));
         }
-        Ok(None)
     }
+    Ok(None)
+}
+
+/// `dev`'s counters in a v2 `io.stat` file's text; a cgroup that has done no
+/// I/O on the device has no line for it.
+pub fn parse_v2_stat(text: &str, dev: DevId, origin: &Path) -> Result<Counters> {
+    let mut c = Counters::default();
+    let Some((line, fields)) = v2_device_fields(text, dev, origin)? else {
+        return Ok(c);
+    };
+    for (k, v) in fields {
+        let n: u64 = v.parse().map_err(|_| {
+            HostError::malformed(origin, Some(line), format!("`{k}={v}` is not a counter"))
+        })?;
+        match k {
+            "rbytes" => c.read_bytes = n,
+            "wbytes" => c.write_bytes = n,
+            "rios" => c.read_ios = n,
+            "wios" => c.write_ios = n,
+            _ => {}
+        }
+    }
+    Ok(c)
+}
+
+/// `dev`'s limits in a v2 `io.max` file's text (`max`, and 0 as in v1, are
+/// no limit). Limits are whole numbers, as the kernel writes them.
+pub fn parse_v2_max(text: &str, dev: DevId, origin: &Path) -> Result<Caps> {
+    let mut caps = Caps::NONE;
+    let Some((line, fields)) = v2_device_fields(text, dev, origin)? else {
+        return Ok(caps);
+    };
+    for (k, v) in fields {
+        let limit = if v == "max" {
+            None
+        } else {
+            let n: u64 = v.parse().map_err(|_| {
+                HostError::malformed(origin, Some(line), format!("`{k}={v}` is not a limit"))
+            })?;
+            (n > 0).then_some(n as f64)
+        };
+        match k {
+            "rbps" => caps.read_bps = limit,
+            "wbps" => caps.write_bps = limit,
+            "riops" => caps.read_iops = limit,
+            "wiops" => caps.write_iops = limit,
+            _ => {}
+        }
+    }
+    Ok(caps)
 }
 
 impl IoController for IoV2 {
@@ -294,43 +359,12 @@ impl IoController for IoV2 {
 
     fn read(&self, cgroup: &Path) -> Result<Counters> {
         let path = self.root.join(cgroup).join("io.stat");
-        let mut c = Counters::default();
-        // A cgroup that has done no I/O on the device has no line for it.
-        for (k, v) in self.device_fields(&path)?.unwrap_or_default() {
-            let n: u64 = v.parse().map_err(|_| {
-                HostError::malformed(&path, None, format!("`{k}={v}` is not a counter"))
-            })?;
-            match k.as_str() {
-                "rbytes" => c.read_bytes = n,
-                "wbytes" => c.write_bytes = n,
-                "rios" => c.read_ios = n,
-                "wios" => c.write_ios = n,
-                _ => {}
-            }
-        }
-        Ok(c)
+        parse_v2_stat(&read_file(&path)?, self.dev, &path)
     }
 
     fn caps(&self, cgroup: &Path) -> Result<Caps> {
         let path = self.root.join(cgroup).join("io.max");
-        let mut caps = Caps::NONE;
-        for (k, v) in self.device_fields(&path)?.unwrap_or_default() {
-            let limit = if v == "max" {
-                None
-            } else {
-                Some(v.parse::<f64>().map_err(|_| {
-                    HostError::malformed(&path, None, format!("`{k}={v}` is not a limit"))
-                })?)
-            };
-            match k.as_str() {
-                "rbps" => caps.read_bps = limit,
-                "wbps" => caps.write_bps = limit,
-                "riops" => caps.read_iops = limit,
-                "wiops" => caps.write_iops = limit,
-                _ => {}
-            }
-        }
-        Ok(caps)
+        parse_v2_max(&read_file(&path)?, self.dev, &path)
     }
 
     fn set_caps(&self, cgroup: &Path, caps: &Caps) -> Result<()> {
@@ -391,5 +425,48 @@ pub fn remove_tree(root: &Path, cgroup: &Path) -> Result<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(HostError::io(&dir, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEV: DevId = DevId { major: 7, minor: 0 };
+
+    fn origin() -> &'static Path {
+        Path::new("blkio.throttle.read_iops_device")
+    }
+
+    #[test]
+    fn v1_limits_are_whole_numbers_and_zero_is_none() {
+        assert_eq!(
+            parse_v1_limit("7:0 5000\n", DEV, origin()).unwrap(),
+            Some(5000.0)
+        );
+        assert_eq!(parse_v1_limit("7:0 0\n", DEV, origin()).unwrap(), None);
+        assert_eq!(parse_v1_limit("8:0 10\n", DEV, origin()).unwrap(), None);
+        // A float parser took these as caps of infinity and NaN.
+        for bad in ["7:0 inf", "7:0 NaN", "7:0 1.5"] {
+            let e = parse_v1_limit(bad, DEV, origin()).unwrap_err().to_string();
+            assert!(e.contains("read_iops_device:1"), "{e}");
+        }
+    }
+
+    #[test]
+    fn v2_max_reads_max_and_zero_as_no_limit() {
+        let caps =
+            parse_v2_max("7:0 rbps=max wbps=0 riops=300 wiops=max\n", DEV, origin()).unwrap();
+        assert_eq!(
+            caps,
+            Caps {
+                read_iops: Some(300.0),
+                ..Caps::NONE
+            }
+        );
+        let e = parse_v2_max("9:1 riops=1\n7:0 riops=NaN\n", DEV, Path::new("io.max"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("io.max:2") && e.contains("riops=NaN"), "{e}");
     }
 }

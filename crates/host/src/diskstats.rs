@@ -28,25 +28,31 @@ pub struct DiskStat {
 impl DiskStat {
     /// The device's own traffic as tenant counters (for a tenant that is a
     /// whole block device, like a VM's exported disk): sectors of 512 bytes,
-    /// completion time in ms.
+    /// completion time in ms. The kernel's counters wrap; products and sums
+    /// saturate instead of overflowing, and the policy reads a counter that
+    /// stops or goes backwards as "no sample", never as a burst.
     pub fn as_tenant_counters(&self) -> iofloor_core::Counters {
         iofloor_core::Counters {
             read_ios: self.reads,
             write_ios: self.writes,
-            read_bytes: self.sectors_read * 512,
-            write_bytes: self.sectors_written * 512,
+            read_bytes: self.sectors_read.saturating_mul(512),
+            write_bytes: self.sectors_written.saturating_mul(512),
             read_seq_ios: 0,
             write_seq_ios: 0,
-            latency_ns_total: Some((self.read_ms + self.write_ms) * 1_000_000),
-            completions: Some(self.reads + self.writes),
+            latency_ns_total: Some(
+                self.read_ms
+                    .saturating_add(self.write_ms)
+                    .saturating_mul(1_000_000),
+            ),
+            completions: Some(self.reads.saturating_add(self.writes)),
         }
     }
 
     pub fn counters(&self) -> DeviceCounters {
         DeviceCounters {
-            busy_ns: self.io_ticks_ms * 1_000_000,
-            queue_ns: self.time_in_queue_ms * 1_000_000,
-            completions: self.reads + self.writes,
+            busy_ns: self.io_ticks_ms.saturating_mul(1_000_000),
+            queue_ns: self.time_in_queue_ms.saturating_mul(1_000_000),
+            completions: self.reads.saturating_add(self.writes),
         }
     }
 }
@@ -75,7 +81,8 @@ impl DiskStats {
     }
 }
 
-fn parse(text: &str, dev: DevId, origin: &Path) -> Result<DiskStat> {
+/// `dev`'s line of a `/proc/diskstats` text; a text without one is an error.
+pub fn parse(text: &str, dev: DevId, origin: &Path) -> Result<DiskStat> {
     for (n, line) in text.lines().enumerate() {
         let f: Vec<&str> = line.split_whitespace().collect();
         if f.len() < 14 {

@@ -251,6 +251,11 @@ impl FioLatency {
 /// Reads fio's JSON output file. fio may print warnings before the JSON.
 pub fn read_output(path: &Path) -> Result<FioOutput> {
     let text = std::fs::read_to_string(path).map_err(|e| HostError::io(path, e))?;
+    parse_output(&text, path)
+}
+
+/// [`read_output`] on text already read; `path` names it in errors.
+pub fn parse_output(text: &str, path: &Path) -> Result<FioOutput> {
     let start = text
         .find('{')
         .ok_or_else(|| HostError::malformed(path, None, "no JSON in fio output"))?;
@@ -261,6 +266,11 @@ pub fn read_output(path: &Path) -> Result<FioOutput> {
 /// One completion from a latency log: (ms since start, latency ns, is write).
 pub fn read_lat_log(path: &Path) -> Result<Vec<(u64, u64, bool)>> {
     let text = std::fs::read_to_string(path).map_err(|e| HostError::io(path, e))?;
+    parse_lat_log(&text, path)
+}
+
+/// [`read_lat_log`] on text already read; `path` names it in errors.
+pub fn parse_lat_log(text: &str, path: &Path) -> Result<Vec<(u64, u64, bool)>> {
     let mut out = Vec::with_capacity(text.len() / 24);
     for (n, line) in text.lines().enumerate() {
         let mut f = line.split(',').map(str::trim);

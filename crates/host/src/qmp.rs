@@ -43,14 +43,17 @@ impl Qmp {
             writer,
         };
         let greeting = qmp.read_message()?;
-        if greeting.get("QMP").is_none() {
-            return Err(qmp_err(path, format!("no QMP greeting, got {greeting}")));
+        if parse_reply(&greeting) != Ok(Reply::Greeting) {
+            return Err(qmp_err(
+                path,
+                format!("no QMP greeting, got {}", greeting.trim()),
+            ));
         }
         qmp.execute("qmp_capabilities", None)?;
         Ok(qmp)
     }
 
-    fn read_message(&mut self) -> Result<Value> {
+    fn read_message(&mut self) -> Result<String> {
         let mut line = String::new();
         let n = self
             .reader
@@ -59,12 +62,7 @@ impl Qmp {
         if n == 0 {
             return Err(qmp_err(&self.path, "connection closed"));
         }
-        serde_json::from_str(&line).map_err(|e| {
-            qmp_err(
-                &self.path,
-                format!("answered garbage ({e}): {}", line.trim()),
-            )
-        })
+        Ok(line)
     }
 
     /// Runs one command and returns its `return` value; a QMP error becomes an
@@ -80,24 +78,55 @@ impl Qmp {
             .write_all(text.as_bytes())
             .map_err(|e| HostError::io(&self.path, e))?;
         loop {
-            let reply = self.read_message()?;
-            if reply.get("event").is_some() {
-                continue;
+            let line = self.read_message()?;
+            match parse_reply(&line) {
+                Ok(Reply::Event) => continue,
+                Ok(Reply::Return(value)) => return Ok(value),
+                Ok(Reply::Error(desc)) => {
+                    return Err(qmp_err(&self.path, format!("{command}: {desc}")))
+                }
+                Ok(Reply::Greeting) => {
+                    return Err(qmp_err(&self.path, format!("{command}: a second greeting")))
+                }
+                Err(e) => return Err(qmp_err(&self.path, format!("{command}: {e}"))),
             }
-            if let Some(ret) = reply.get("return") {
-                return Ok(ret.clone());
-            }
-            if let Some(err) = reply.get("error") {
-                let desc = err
-                    .get("desc")
-                    .and_then(Value::as_str)
-                    .unwrap_or("unknown error");
-                return Err(qmp_err(&self.path, format!("{command}: {desc}")));
-            }
-            return Err(qmp_err(
-                &self.path,
-                format!("{command}: unexpected answer {reply}"),
-            ));
         }
     }
+}
+
+/// One line a QMP monitor sent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// The greeting a monitor sends first.
+    Greeting,
+    /// An asynchronous event, skipped while waiting for an answer.
+    Event,
+    /// A command's `return` value.
+    Return(Value),
+    /// A command's `error`, by its `desc`.
+    Error(String),
+}
+
+/// Reads one line of a QMP monitor's output; anything but an event, a
+/// return or an error is an error that quotes the line.
+pub fn parse_reply(line: &str) -> std::result::Result<Reply, String> {
+    let reply: Value = serde_json::from_str(line)
+        .map_err(|e| format!("answered garbage ({e}): {}", line.trim()))?;
+    if reply.get("QMP").is_some() {
+        return Ok(Reply::Greeting);
+    }
+    if reply.get("event").is_some() {
+        return Ok(Reply::Event);
+    }
+    if let Some(value) = reply.get("return") {
+        return Ok(Reply::Return(value.clone()));
+    }
+    if let Some(err) = reply.get("error") {
+        let desc = err
+            .get("desc")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown error");
+        return Ok(Reply::Error(desc.to_string()));
+    }
+    Err(format!("unexpected answer {reply}"))
 }

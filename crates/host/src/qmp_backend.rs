@@ -48,7 +48,8 @@ fn u(v: &Value, key: &str) -> u64 {
     v.get(key).and_then(Value::as_u64).unwrap_or(0)
 }
 
-/// Counters from one `query-blockstats` entry's `stats`.
+/// Counters from one `query-blockstats` entry's `stats` (sums saturate: a
+/// garbled answer must not overflow).
 pub fn counters_from_stats(stats: &Value) -> Counters {
     let (rd, wr) = (u(stats, "rd_operations"), u(stats, "wr_operations"));
     Counters {
@@ -58,8 +59,10 @@ pub fn counters_from_stats(stats: &Value) -> Counters {
         write_bytes: u(stats, "wr_bytes"),
         read_seq_ios: 0,
         write_seq_ios: 0,
-        latency_ns_total: Some(u(stats, "rd_total_time_ns") + u(stats, "wr_total_time_ns")),
-        completions: Some(rd + wr),
+        latency_ns_total: Some(
+            u(stats, "rd_total_time_ns").saturating_add(u(stats, "wr_total_time_ns")),
+        ),
+        completions: Some(rd.saturating_add(wr)),
     }
 }
 
@@ -76,6 +79,20 @@ pub fn find_stats<'a>(answer: &'a Value, target: &QmpTarget) -> Option<&'a Value
             QmpTarget::Group { .. } => false,
         })
         .and_then(|e| e.get("stats"))
+}
+
+/// Whether a `query-status` answer says the guest runs. A paused guest
+/// issues no I/O; reading that as "idle" would hand its share away and report
+/// a floor met, so it is unavailable instead.
+pub fn vm_running(status: &Value) -> std::result::Result<(), String> {
+    if status.get("running").and_then(Value::as_bool) == Some(true) {
+        return Ok(());
+    }
+    let state = status
+        .get("status")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    Err(format!("VM is not running (status `{state}`)"))
 }
 
 /// The rate fields `block_set_io_throttle` requires (bursts stay at 0).
@@ -225,19 +242,9 @@ impl Backend for QmpBackend {
                 .read()?
                 .as_tenant_counters());
         }
-        // A paused guest issues no I/O; reading that as "idle" would hand its
-        // share away and report a floor met. It is unavailable instead.
         let status = self.execute(&t.socket, "query-status", None)?;
-        if status.get("running").and_then(Value::as_bool) != Some(true) {
-            let state = status
-                .get("status")
-                .and_then(Value::as_str)
-                .unwrap_or("unknown");
-            return Err(HostError::Unavailable(format!(
-                "{}: VM is not running (status `{state}`)",
-                t.socket.display()
-            )));
-        }
+        vm_running(&status)
+            .map_err(|e| HostError::Unavailable(format!("{}: {e}", t.socket.display())))?;
         let answer = self.execute(&t.socket, "query-blockstats", None)?;
         let stats = find_stats(&answer, &t.target).ok_or_else(|| HostError::Qmp {
             socket: t.socket.clone(),

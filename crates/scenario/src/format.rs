@@ -523,7 +523,10 @@ impl Scenario {
     /// The same scenario with every time scaled by `factor` (e.g. 0.25 to run
     /// the seed's 10-minute experiment in 2.5 minutes).
     pub fn time_scaled(&self, factor: f64) -> Scenario {
-        let s = |d: Duration| Duration::from_secs_f64(d.as_secs_f64() * factor);
+        // Saturates: a scenario of years scaled up is still a (long) run, not a panic.
+        let s = |d: Duration| {
+            Duration::try_from_secs_f64(d.as_secs_f64() * factor).unwrap_or(Duration::MAX)
+        };
         let mut out = self.clone();
         out.time_scale = self.time_scale * factor;
         out.duration = s(self.duration);
