@@ -89,8 +89,9 @@ pub trait Coordinator: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<bool, CoordError>> + Send;
 }
 
-/// How to reach etcd, as its clients expect it.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// How to reach etcd, as its clients expect it. Its `Debug` leaves the
+/// password out.
+#[derive(Clone, Default, PartialEq)]
 pub struct EtcdOptions {
     pub endpoints: Vec<String>,
     pub user: Option<(String, String)>,
@@ -102,6 +103,22 @@ pub struct EtcdOptions {
     /// Each request's deadline: a partitioned host must notice within an
     /// interval, not after TCP gives up.
     pub request_timeout: Duration,
+}
+
+impl std::fmt::Debug for EtcdOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdOptions")
+            .field("endpoints", &self.endpoints)
+            .field(
+                "user",
+                &self.user.as_ref().map(|(user, _)| (user, "<redacted>")),
+            )
+            .field("ca_file", &self.ca_file)
+            .field("cert_file", &self.cert_file)
+            .field("key_file", &self.key_file)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
 }
 
 /// One etcd member and its client, made on first use (with auth, making a

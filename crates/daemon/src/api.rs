@@ -6,15 +6,17 @@
 //! applied them, so a refused change changes nothing. Changes need the unix
 //! socket (its file permissions) or the bearer token of the config.
 
+use crate::limits::{bound_requests, Limits, MAX_BODY_BYTES};
 use crate::service::{Command, Patch, PatchError, Shared};
 use crate::view::{Point, TenantList};
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{middleware, Extension, Json, Router};
+use futures_util::StreamExt;
 use iofloor_core::units::quantity::RateQ;
 use serde::Deserialize;
 use serde_json::json;
@@ -67,7 +69,10 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The API of one listener, with its own bounds (crate::limits): a flood on
+/// the TCP port leaves the unix socket's room for changes untouched.
 pub fn router(state: ApiState) -> Router {
+    let limits = Limits::default();
     Router::new()
         .route("/", get(|| async { Html(DASHBOARD) }))
         .route("/metrics", get(metrics))
@@ -85,6 +90,12 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/samples", get(samples))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such path; see docs/api.yaml") })
         .with_state(state)
+        .layer(middleware::from_fn_with_state(
+            limits.clone(),
+            bound_requests,
+        ))
+        .layer(Extension(limits))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
 /// OpenMetrics for scrapers that ask for it (Prometheus does), else the
@@ -231,18 +242,25 @@ async fn delete_cluster_floor(
     Ok(Json(json!({ "tenant": tenant, "floor": null, "set": false })).into_response())
 }
 
+// The handlers copy what they answer under the view's lock and serialise
+// after letting go of it: the control thread takes the same lock to publish
+// each interval, and must never wait on a client's JSON.
+
 async fn status(State(s): State<ApiState>) -> Response {
-    Json(s.shared.view.lock().unwrap().status.clone()).into_response()
+    let status = s.shared.view.lock().unwrap().status.clone();
+    Json(status).into_response()
 }
 
 async fn tenants(State(s): State<ApiState>) -> Response {
-    let v = s.shared.view.lock().unwrap();
-    Json(TenantList {
-        now: v.now,
-        interval_s: v.status.interval_s,
-        tenants: v.tenants.values().cloned().collect(),
-    })
-    .into_response()
+    let list = {
+        let v = s.shared.view.lock().unwrap();
+        TenantList {
+            now: v.now,
+            interval_s: v.status.interval_s,
+            tenants: v.tenants.values().cloned().collect(),
+        }
+    };
+    Json(list).into_response()
 }
 
 async fn tenant(
@@ -266,23 +284,27 @@ async fn tenant(
             format!("unknown query parameter `{other}`"),
         );
     }
-    let v = s.shared.view.lock().unwrap();
-    let Some(t) = v.tenants.get(&name) else {
-        return error(StatusCode::NOT_FOUND, format!("no tenant `{name}`"));
+    let (t, history) = {
+        let v = s.shared.view.lock().unwrap();
+        let Some(t) = v.tenants.get(&name) else {
+            return error(StatusCode::NOT_FOUND, format!("no tenant `{name}`"));
+        };
+        let since = seconds.map(|n| v.now - n).unwrap_or(f64::NEG_INFINITY);
+        let history: Vec<Point> = v
+            .history
+            .get(&name)
+            .map(|h| h.iter().filter(|p| p.t >= since).copied().collect())
+            .unwrap_or_default();
+        (t.clone(), history)
     };
-    let since = seconds.map(|n| v.now - n).unwrap_or(f64::NEG_INFINITY);
-    let history: Vec<Point> = v
-        .history
-        .get(&name)
-        .map(|h| h.iter().filter(|p| p.t >= since).copied().collect())
-        .unwrap_or_default();
     let mut body = serde_json::to_value(t).expect("a tenant view serialises");
     body["history"] = serde_json::to_value(history).expect("points serialise");
     Json(body).into_response()
 }
 
 async fn admission(State(s): State<ApiState>) -> Response {
-    Json(json!({ "devices": s.shared.view.lock().unwrap().admission })).into_response()
+    let devices = s.shared.view.lock().unwrap().admission.clone();
+    Json(json!({ "devices": devices })).into_response()
 }
 
 /// Checks the caller may change state: over the unix socket, or with the
@@ -431,26 +453,63 @@ async fn reload(State(s): State<ApiState>, headers: HeaderMap) -> Response {
     }
 }
 
+/// The event stream of ticks. The control thread sends into a bounded
+/// broadcast and never waits; a subscriber that falls behind by the whole
+/// buffer (16 ticks) is dropped, not buffered for: its client reconnects
+/// (EventSource does) and starts from the current tick.
 async fn samples(
     State(s): State<ApiState>,
-) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
-    let rx = s.shared.ticks.subscribe();
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(tick) => return Some((Ok(Event::default().event("tick").data(&*tick)), rx)),
-                // A slow reader skips ticks rather than holding the daemon back.
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+    Extension(limits): Extension<Limits>,
+) -> Result<Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>>, crate::limits::Busy> {
+    let permit = limits.stream_permit()?;
+    let events = tick_events(s.shared.ticks.subscribe(), permit)
+        .map(|tick| Ok(Event::default().event("tick").data(&*tick)));
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+/// The ticks a subscriber receives, ending when it lags (or the daemon
+/// stops); `hold` (its stream place) is released with the stream.
+fn tick_events<H: Send + 'static>(
+    rx: tokio::sync::broadcast::Receiver<Arc<str>>,
+    hold: H,
+) -> impl futures_util::Stream<Item = Arc<str>> {
+    futures_util::stream::unfold((rx, hold), |(mut rx, hold)| async move {
+        match rx.recv().await {
+            Ok(tick) => Some((tick, (rx, hold))),
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::debug!(missed, "event stream subscriber too slow: dropped");
+                None
             }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
         }
-    });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_subscriber_that_falls_behind_is_dropped_not_buffered_for() {
+        let (tx, _) = tokio::sync::broadcast::channel::<Arc<str>>(4);
+        let limits = Limits::default();
+        let permit = limits.stream_permit().unwrap();
+        let mut keeping_up = Box::pin(tick_events(tx.subscribe(), ()));
+        let mut falling_behind = Box::pin(tick_events(tx.subscribe(), permit));
+        tx.send("t1".into()).unwrap();
+        assert_eq!(keeping_up.next().await.as_deref(), Some("t1"));
+        for n in 2..=6 {
+            tx.send(format!("t{n}").into()).unwrap();
+            assert_eq!(keeping_up.next().await.as_deref(), Some(&*format!("t{n}")));
+        }
+        // Six ticks behind a buffer of four: the stream ends, its place is free.
+        assert_eq!(falling_behind.next().await, None);
+        drop(falling_behind);
+        let places: Vec<_> = (0..crate::limits::MAX_STREAMS)
+            .map(|_| limits.stream_permit().expect("every place is free again"))
+            .collect();
+        assert!(limits.stream_permit().is_err(), "{} places", places.len());
+    }
     use iofloor_core::units::Rate;
 
     #[test]

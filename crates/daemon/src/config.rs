@@ -120,8 +120,9 @@ struct TenantEntry {
     latency_sensitive: bool,
 }
 
-/// Where the API listens and who may change things.
-#[derive(Debug, Clone, PartialEq)]
+/// Where the API listens and who may change things. Its `Debug` leaves the
+/// token out, so no log of a config can show it.
+#[derive(Clone, PartialEq)]
 pub struct ApiConfig {
     /// TCP address; `None` when switched off (`listen = "off"`).
     pub listen: Option<std::net::SocketAddr>,
@@ -129,6 +130,16 @@ pub struct ApiConfig {
     /// Bearer token for changes over TCP; without one, changes are accepted
     /// only over the unix socket.
     pub token: Option<String>,
+}
+
+impl std::fmt::Debug for ApiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiConfig")
+            .field("listen", &self.listen)
+            .field("unix_socket", &self.unix_socket)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 /// Cluster mode (`[cluster]`): this daemon is one agent of a cluster whose
@@ -832,6 +843,12 @@ weight = 200
             Some(Rate::BytesPerSec(10.0 * 1048576.0))
         );
         assert_eq!(c.tenants[1].weight, 200.0);
+        // A config in a log never shows the token.
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("s3cret") && shown.contains("<redacted>"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@
 pub mod api;
 pub mod config;
 pub mod discovery;
+pub mod limits;
 pub mod metrics;
 pub mod ownership;
 pub mod service;
@@ -118,6 +119,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             commands: commands.clone(),
             via_unix: false,
         });
+        let listener = limits::BoundedListener::new(listener, limits::MAX_CONNECTIONS);
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
     if let Some(listener) = unix {
@@ -126,6 +128,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             commands: commands.clone(),
             via_unix: true,
         });
+        let listener = limits::BoundedListener::new(listener, limits::MAX_CONNECTIONS);
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
 
@@ -178,8 +181,23 @@ fn bind_unix(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener>
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let listener = tokio::net::UnixListener::bind(path)
-        .map_err(|e| anyhow::anyhow!("`api.unix_socket` {}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(listener)
+    // Bound under a temporary name and renamed once it is 0600: at its real
+    // path the socket is never open to others, not even for a moment.
+    let staging = path.with_file_name(format!(
+        ".{}.{}",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&staging);
+    let bound = tokio::net::UnixListener::bind(&staging)
+        .map_err(|e| anyhow::anyhow!("`api.unix_socket` {}: {e}", path.display()));
+    let listener = bound.and_then(|listener| {
+        std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&staging, path)?;
+        Ok(listener)
+    });
+    if listener.is_err() {
+        let _ = std::fs::remove_file(&staging);
+    }
+    listener
 }

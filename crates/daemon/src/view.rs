@@ -157,12 +157,36 @@ pub struct Status {
     pub uptime_s: f64,
     pub ticks: u64,
     pub overruns: u64,
+    /// The control loop's timing over its last ticks.
+    #[serde(default)]
+    pub tick: TickStatus,
     pub config: String,
     pub devices: Vec<DeviceState>,
     pub last_reload: Option<Reload>,
     /// Cluster mode: this agent's place in the cluster; `None` on a single host.
     #[serde(default)]
     pub cluster: Option<ClusterView>,
+}
+
+/// A timing's distribution over the last ticks, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// How long intervals take and how late they start (docs/api.yaml).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TickStatus {
+    /// Ticks the percentiles are over (the last 1,000 at most).
+    pub samples: usize,
+    /// The last finished tick's own figures (each tick is reported once,
+    /// by the next one: a tick cannot time its own publishing).
+    pub last_duration_ms: f64,
+    pub last_lateness_ms: f64,
+    pub duration_ms: Percentiles,
+    pub lateness_ms: Percentiles,
 }
 
 /// This agent as the cluster sees it, and how its last caps were chosen.
@@ -204,6 +228,9 @@ pub struct Tick {
     pub t: f64,
     pub devices: Vec<DeviceState>,
     pub tenants: Vec<TickTenant>,
+    /// The control loop's timing, as in the status.
+    #[serde(default)]
+    pub timing: TickStatus,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -235,6 +262,7 @@ impl View {
     pub fn tick(&self) -> Tick {
         Tick {
             t: self.now,
+            timing: self.status.tick.clone(),
             devices: self.status.devices.clone(),
             tenants: self
                 .tenants

@@ -19,6 +19,7 @@ mod devices;
 mod patch;
 mod publish;
 mod reload;
+mod timing;
 
 pub use adoption::restore_leftovers;
 pub use devices::cgroup_root;
@@ -37,6 +38,8 @@ use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use timing::TickHistory;
+pub use timing::TickTiming;
 use tracing::{info, warn};
 
 /// How long a QMP command may take before the VM counts as unavailable.
@@ -105,6 +108,7 @@ pub struct Service {
     started: Instant,
     ticks: u64,
     overruns: u64,
+    tick_history: TickHistory,
     last_reload: Option<Reload>,
     last_tick: Option<Duration>,
     /// Spec changes made through the API, kept across reloads.
@@ -149,6 +153,7 @@ impl Service {
             started: Instant::now(),
             ticks: 0,
             overruns: 0,
+            tick_history: TickHistory::default(),
             last_reload: None,
             last_tick: None,
             overrides: HashMap::new(),
@@ -189,6 +194,7 @@ impl Service {
                 uptime_s: 0.0,
                 ticks: 0,
                 overruns: 0,
+                tick: Default::default(),
                 config: config.file.display().to_string(),
                 devices: Vec::new(),
                 last_reload: None,
@@ -278,7 +284,15 @@ impl Service {
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {
+                    let started = Instant::now();
+                    let lateness = started.saturating_duration_since(next);
                     let decision = self.tick(self.started.elapsed());
+                    let timing = TickTiming {
+                        decision,
+                        duration: started.elapsed(),
+                        lateness,
+                    };
+                    self.tick_history.record(&timing);
                     next += self.config.interval;
                     let overrun = next < Instant::now();
                     if overrun {
@@ -289,7 +303,7 @@ impl Service {
                         );
                         next = Instant::now() + self.config.interval;
                     }
-                    self.shared.metrics.tick(decision.as_secs_f64(), overrun);
+                    self.shared.metrics.tick(&timing, overrun);
                 }
             }
         }

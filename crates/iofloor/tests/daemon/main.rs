@@ -10,6 +10,7 @@ mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
 mod harness;
+mod load;
 
 use common::{real_environment, TestRig};
 use harness::{ApiSpec, Cgroups, Daemon};
@@ -583,6 +584,9 @@ weight = 300
         );
         spec.check("/api/v1/tenants/{name}", "patch", want, &answer);
     }
+    // A body past the API's 64 KiB bound is refused before it is taken.
+    let huge = format!(r#"{{"floor": "{}"}}"#, "9".repeat(100_000));
+    assert_eq!(patch(&huge, Some("let-me-in")).0, 413);
     let (_, db) = daemon.get("/api/v1/tenants/db");
     assert_eq!(
         db["floor"]["value"], 200.0,
@@ -696,7 +700,19 @@ fn dashboard_shows_live_data_and_changes_a_floor_in_headless_chromium() {
         return;
     }
     let rig = TestRig::up(1000);
-    let mut cg = Cgroups::new("dash", &["web", "batch"]);
+    // Two tenants named by hostile cgroup directories: the page must show
+    // their names as text, never run them.
+    const SCRIPT: &str = "<script>";
+    const IMG: &str = "<img src=x onerror=window.pwned=1>";
+    let mut cg = Cgroups::new(
+        "dash",
+        &[
+            "web",
+            "batch",
+            &format!("pods/{SCRIPT}"),
+            &format!("pods/{IMG}"),
+        ],
+    );
     let tenants = r#"
 [[tenant]]
 name = "web"
@@ -706,6 +722,9 @@ floor = "300 IOPS"
 name = "batch"
 cgroup = "{parent}/batch"
 floor = "100 IOPS"
+[[tenant]]
+name = "pods"
+cgroup = "{parent}/pods/*"
 "#;
     let daemon = Daemon::start(&config(&rig.device, 1000, &cg.parent, tenants));
     cg.fio("web", &rig.device, "randread", "4k", 4, Some("1600000"), 25);
@@ -723,7 +742,34 @@ floor = "100 IOPS"
         Duration::from_secs(20),
     );
     let rows = page.eval("[...document.querySelectorAll('#tenants [data-tenant]')].map(r => r.dataset.tenant).sort()");
-    assert_eq!(rows, serde_json::json!(["batch", "web"]));
+    assert_eq!(
+        rows,
+        serde_json::json!([
+            "batch",
+            format!("pods/{IMG}"),
+            format!("pods/{SCRIPT}"),
+            "web"
+        ])
+    );
+    // The page has one script of its own and no images.
+    let injected = page.eval(
+        "typeof window.pwned !== 'undefined' || document.querySelectorAll('img').length > 0 \
+         || document.querySelectorAll('script').length > 1",
+    );
+    assert_eq!(
+        injected,
+        serde_json::json!(false),
+        "a tenant name ran as markup"
+    );
+    let shown = page.eval(&format!(
+        "document.getElementById('tenants').textContent.includes({:?})",
+        format!("pods/{IMG}")
+    ));
+    assert_eq!(
+        shown,
+        serde_json::json!(true),
+        "hostile names are shown as text"
+    );
     let chart_has_ink = page.eval(
         "(() => { const c = document.getElementById('throughput'); const d = c.getContext('2d')\
          .getImageData(0, 0, c.width, c.height).data; let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; \

@@ -1,0 +1,93 @@
+//! How long the control loop's intervals take and how late they start,
+//! kept for the last ticks so `/api/v1/status` can show percentiles (the
+//! histograms in /metrics keep the whole run, in coarse buckets).
+
+use crate::view::{Percentiles, TickStatus};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// Ticks the status percentiles are taken over.
+const KEPT: usize = 1000;
+
+/// One interval's timing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TickTiming {
+    /// The policies' decisions, the longest device's.
+    pub decision: Duration,
+    /// The whole interval: counters read, decisions, caps written, published.
+    pub duration: Duration,
+    /// Start after the scheduled time: API changes handled first, or a
+    /// machine too busy to wake the thread on time.
+    pub lateness: Duration,
+}
+
+#[derive(Debug, Default)]
+pub struct TickHistory {
+    duration_ms: VecDeque<f64>,
+    lateness_ms: VecDeque<f64>,
+}
+
+fn percentiles(values: &VecDeque<f64>) -> Percentiles {
+    let mut sorted: Vec<f64> = values.iter().copied().collect();
+    sorted.sort_by(f64::total_cmp);
+    // Nearest rank: the smallest value with at least p of the samples at or below it.
+    let at = |p: f64| {
+        let rank = ((p * sorted.len() as f64).ceil() as usize).max(1);
+        sorted.get(rank - 1).copied().unwrap_or(0.0)
+    };
+    Percentiles {
+        p50: at(0.50),
+        p99: at(0.99),
+        max: sorted.last().copied().unwrap_or(0.0),
+    }
+}
+
+impl TickHistory {
+    pub fn record(&mut self, t: &TickTiming) {
+        for (kept, d) in [
+            (&mut self.duration_ms, t.duration),
+            (&mut self.lateness_ms, t.lateness),
+        ] {
+            if kept.len() == KEPT {
+                kept.pop_front();
+            }
+            kept.push_back(d.as_secs_f64() * 1e3);
+        }
+    }
+
+    pub fn status(&self) -> TickStatus {
+        TickStatus {
+            samples: self.duration_ms.len(),
+            last_duration_ms: self.duration_ms.back().copied().unwrap_or(0.0),
+            last_lateness_ms: self.lateness_ms.back().copied().unwrap_or(0.0),
+            duration_ms: percentiles(&self.duration_ms),
+            lateness_ms: percentiles(&self.lateness_ms),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_of_the_last_ticks_by_nearest_rank() {
+        let mut h = TickHistory::default();
+        assert_eq!(h.status().samples, 0);
+        for ms in 1..=(KEPT as u64 + 100) {
+            h.record(&TickTiming {
+                duration: Duration::from_millis(ms),
+                lateness: Duration::from_millis(ms % 2),
+                ..TickTiming::default()
+            });
+        }
+        let s = h.status();
+        // The first 100 ticks have been dropped: 101 ..= 1100 ms remain.
+        assert_eq!(s.samples, KEPT);
+        assert_eq!(s.duration_ms.p50, 600.0);
+        assert_eq!(s.duration_ms.p99, 1090.0);
+        assert_eq!(s.duration_ms.max, 1100.0);
+        assert_eq!(s.lateness_ms.max, 1.0);
+        assert_eq!((s.last_duration_ms, s.last_lateness_ms), (1100.0, 0.0));
+    }
+}
