@@ -21,6 +21,9 @@ mod publish;
 mod reload;
 mod timing;
 
+/// The control thread's nice value (needs CAP_SYS_NICE, as root has).
+const CONTROL_NICE: i32 = -10;
+
 pub use adoption::restore_leftovers;
 pub use devices::cgroup_root;
 pub use patch::{Patch, PatchError};
@@ -265,6 +268,12 @@ impl Service {
     /// Runs until `Shutdown` (or every sender is gone), then restores every
     /// limit it set and removes the state file.
     pub fn run(mut self, commands: Receiver<Command>) -> anyhow::Result<()> {
+        // The control loop is the one thread whose lateness costs floors:
+        // ahead of the API's threads and other work on a busy machine. On
+        // Linux the nice value is per thread (setpriority of 0 is this one).
+        if let Err(e) = rustix::process::setpriority_process(None, CONTROL_NICE) {
+            info!("control thread keeps its priority (nice {CONTROL_NICE} refused: {e})");
+        }
         let mut next = Instant::now();
         loop {
             let wait = next.saturating_duration_since(Instant::now());
