@@ -206,6 +206,29 @@ pub fn parse_v1_limit(text: &str, dev: DevId, origin: &Path) -> Result<Option<f6
     Ok(None)
 }
 
+/// The largest IOPS limit blk-throttle keeps: it stores IOPS limits in 32
+/// bits (v1 and v2), with `u32::MAX` meaning none, and truncates a larger
+/// number written to it: 2^32 + 5 IOPS would become a limit of 5.
+pub const MAX_IOPS_LIMIT: u64 = u32::MAX as u64 - 1;
+
+/// The largest bytes-per-second limit written (4 EiB/s): `u64::MAX` means
+/// none, and numbers near it do not survive the trip through an f64.
+pub const MAX_BPS_LIMIT: u64 = 1 << 62;
+
+/// Caps as whole numbers the kernel keeps as given: rounded up, and above
+/// the kernel's range lowered to its largest limit (which is, in practice,
+/// none) rather than wrapped.
+pub fn writable(caps: &Caps) -> Caps {
+    let caps = caps.rounded();
+    let clamp = |v: Option<f64>, max: u64| v.map(|v| v.min(max as f64));
+    Caps {
+        read_iops: clamp(caps.read_iops, MAX_IOPS_LIMIT),
+        write_iops: clamp(caps.write_iops, MAX_IOPS_LIMIT),
+        read_bps: clamp(caps.read_bps, MAX_BPS_LIMIT),
+        write_bps: clamp(caps.write_bps, MAX_BPS_LIMIT),
+    }
+}
+
 impl BlkioV1 {
     fn read_rw(&self, path: &Path) -> Result<(u64, u64)> {
         parse_v1_counts(&read_file(path)?, self.dev, path)
@@ -253,7 +276,7 @@ impl IoController for BlkioV1 {
 
     fn set_caps(&self, cgroup: &Path, caps: &Caps) -> Result<()> {
         let dir = self.root.join(cgroup);
-        let caps = caps.rounded();
+        let caps = writable(caps);
         for (file, get) in V1_LIMITS {
             // Writing 0 removes a limit.
             let v = get(&caps).map(|v| v as u64).unwrap_or(0);
@@ -368,7 +391,7 @@ impl IoController for IoV2 {
     }
 
     fn set_caps(&self, cgroup: &Path, caps: &Caps) -> Result<()> {
-        let caps = caps.rounded();
+        let caps = writable(caps);
         let f = |v: Option<f64>| {
             v.map(|x| (x as u64).to_string())
                 .unwrap_or_else(|| "max".into())

@@ -7,7 +7,9 @@
 //!
 //! A socket that closes, answers garbage or hangs gives an error for that
 //! tenant only; the connection is dropped and made again on the next call, so
-//! a restarted QEMU is picked up.
+//! a restarted QEMU is picked up. A socket that hangs (a read or write timed
+//! out) is not asked again for a while, 1 s doubling to 32 s: each try costs
+//! the caller a whole timeout, and the caller is the control loop.
 
 use crate::error::{HostError, Result};
 use crate::qmp::Qmp;
@@ -15,7 +17,17 @@ use iofloor_core::{Backend, Caps, Counters, DeviceCounters, TenantSpec};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The longest pause before asking a monitor that timed out again.
+const MAX_HUNG_PAUSE: Duration = Duration::from_secs(32);
+
+/// A monitor that timed out: how often in a row, and when to ask again.
+#[derive(Debug, Clone, Copy)]
+struct Hung {
+    times: u32,
+    until: Instant,
+}
 
 /// Which block device of a QEMU a tenant is.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -41,6 +53,7 @@ struct VmTenant {
 pub struct QmpBackend {
     tenants: HashMap<String, VmTenant>,
     connections: HashMap<PathBuf, Qmp>,
+    hung: HashMap<PathBuf, Hung>,
     timeout: Duration,
 }
 
@@ -81,6 +94,12 @@ pub fn find_stats<'a>(answer: &'a Value, target: &QmpTarget) -> Option<&'a Value
         .and_then(|e| e.get("stats"))
 }
 
+/// Whether an error is a read or write that timed out.
+fn is_timeout(e: &HostError) -> bool {
+    matches!(e, HostError::Io { source, .. }
+        if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
+}
+
 /// Whether a `query-status` answer says the guest runs. A paused guest
 /// issues no I/O; reading that as "idle" would hand its share away and report
 /// a floor met, so it is unavailable instead.
@@ -98,9 +117,13 @@ pub fn vm_running(status: &Value) -> std::result::Result<(), String> {
 /// The rate fields `block_set_io_throttle` requires (bursts stay at 0).
 const THROTTLE_FIELDS: [&str; 6] = ["bps", "bps_rd", "bps_wr", "iops", "iops_rd", "iops_wr"];
 
+/// QEMU's largest throttle value (`THROTTLE_VALUE_MAX`); it refuses more.
+const QEMU_MAX_LIMIT: f64 = 1e15;
+
 fn limit(v: Option<f64>) -> u64 {
     // QEMU takes whole numbers and 0 for "no limit".
-    v.map(|x| x.ceil().max(1.0) as u64).unwrap_or(0)
+    v.map(|x| x.ceil().clamp(1.0, QEMU_MAX_LIMIT) as u64)
+        .unwrap_or(0)
 }
 
 /// The QMP command that sets `caps` on a target.
@@ -136,6 +159,7 @@ impl QmpBackend {
         QmpBackend {
             tenants: HashMap::new(),
             connections: HashMap::new(),
+            hung: HashMap::new(),
             timeout,
         }
     }
@@ -219,6 +243,42 @@ impl QmpBackend {
     /// Runs a command on the tenant's QEMU, connecting if needed; on any
     /// error the connection is dropped, to be made again next time.
     fn execute(&mut self, socket: &Path, command: &str, args: Option<Value>) -> Result<Value> {
+        if let Some(h) = self.hung.get(socket) {
+            if Instant::now() < h.until {
+                return Err(HostError::Unavailable(format!(
+                    "{}: timed out {} times in a row; not asked again until the pause ends",
+                    socket.display(),
+                    h.times
+                )));
+            }
+        }
+        let result = self.execute_connected(socket, command, args);
+        match &result {
+            Err(e) if is_timeout(e) => {
+                let times = self.hung.get(socket).map_or(1, |h| h.times + 1);
+                let pause = Duration::from_secs(1 << (times - 1).min(5)).min(MAX_HUNG_PAUSE);
+                self.hung.insert(
+                    socket.to_path_buf(),
+                    Hung {
+                        times,
+                        until: Instant::now() + pause,
+                    },
+                );
+            }
+            Ok(_) => {
+                self.hung.remove(socket);
+            }
+            Err(_) => {}
+        }
+        result
+    }
+
+    fn execute_connected(
+        &mut self,
+        socket: &Path,
+        command: &str,
+        args: Option<Value>,
+    ) -> Result<Value> {
         if !self.connections.contains_key(socket) {
             let q = Qmp::connect(socket, self.timeout)?;
             self.connections.insert(socket.to_path_buf(), q);
@@ -356,5 +416,30 @@ mod tests {
         assert_eq!(cmd, "qom-set");
         assert_eq!(args["value"]["iops-read"], 200);
         assert_eq!(args["value"]["bps-write"], 1000000);
+    }
+
+    /// A monitor that accepts and never answers costs one timeout, then is
+    /// left alone for a pause instead of costing a timeout every call.
+    #[test]
+    fn a_monitor_that_never_answers_is_paused_after_a_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("silent.qmp");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let mut q = QmpBackend::new(Duration::from_millis(50));
+        q.add_tenant(
+            "vm",
+            &socket,
+            QmpTarget::Drive {
+                id: "drive0".into(),
+            },
+        );
+        let first = q.drive_throttle("vm").unwrap_err();
+        assert!(is_timeout(&first), "{first}");
+        let second = q.drive_throttle("vm").unwrap_err();
+        assert!(
+            matches!(&second, HostError::Unavailable(m) if m.contains("timed out 1 times")),
+            "{second}"
+        );
+        drop(listener);
     }
 }

@@ -5,7 +5,7 @@
 //! Everything they create is removed, also when an assertion fails.
 
 use iofloor_core::Caps;
-use iofloor_host::cgroup::{self, controller, DevId, Version};
+use iofloor_host::cgroup::{self, controller, DevId, IoController, Version};
 use iofloor_host::fio::{read_output, FioJob};
 use iofloor_host::rig::{Rig, RigSpec};
 use iofloor_host::testenv::{self, Need};
@@ -128,6 +128,63 @@ fn v1_blk_throttle_caps_and_counts_real_direct_io() {
     // Clearing removes the limit: the kernel file no longer lists the device.
     io.set_caps(&cg.0, &Caps::NONE).unwrap();
     assert_eq!(io.caps(&cg.0).unwrap(), Caps::NONE);
+}
+
+/// Caps, some absent, some fractional, some beyond what the kernel keeps.
+fn caps_strategy() -> impl proptest::strategy::Strategy<Value = Caps> {
+    use proptest::prelude::*;
+    let limit = || proptest::option::of(prop_oneof![0.5f64..1e12, 1e12f64..1e20]);
+    (limit(), limit(), limit(), limit()).prop_map(|(ri, wi, rb, wb)| Caps {
+        read_iops: ri,
+        write_iops: wi,
+        read_bps: rb,
+        write_bps: wb,
+    })
+}
+
+/// Every cap iofloor writes is the cap it reads back (as the kernel keeps
+/// it: rounded up to whole numbers, IOPS at most 2^32 - 2): through the real
+/// kernel's blk-throttle files, and through a v2 `io.max` file. Found by this
+/// test: an IOPS cap of 2^32 - 1 read back as none, and the kernel truncates
+/// larger IOPS limits to 32 bits.
+#[test]
+fn every_cap_written_is_read_back_equal() {
+    use proptest::test_runner::{Config, TestRunner};
+    if !real_environment(&["losetup"]) {
+        return;
+    }
+    let lo = Loop::new();
+    let dev = DevId::of_block_device(&lo.dev).unwrap();
+    let name = PathBuf::from(format!("iofloor-test-roundtrip-{}", std::process::id()));
+    cgroup::create(Path::new(BLKIO), &name).unwrap();
+    let _cg = TestCgroup(name.clone());
+    let v1 = controller(Path::new(BLKIO), dev).unwrap();
+    assert_eq!(v1.version(), Version::V1);
+    let v2_root = tempfile::tempdir().unwrap();
+    std::fs::write(v2_root.path().join("cgroup.controllers"), "io\n").unwrap();
+    std::fs::create_dir(v2_root.path().join("t")).unwrap();
+    let v2 = iofloor_host::cgroup::IoV2 {
+        root: v2_root.path().to_path_buf(),
+        dev,
+    };
+    let mut runner = TestRunner::new(Config {
+        cases: 64,
+        ..Config::default()
+    });
+    runner
+        .run(&caps_strategy(), |caps| {
+            let kept = cgroup::writable(&caps);
+            v1.set_caps(&name, &caps).unwrap();
+            proptest::prop_assert_eq!(v1.caps(&name).unwrap(), kept);
+            v2.set_caps(Path::new("t"), &caps).unwrap();
+            proptest::prop_assert_eq!(v2.caps(Path::new("t")).unwrap(), kept);
+            for v in [kept.read_iops, kept.write_iops].into_iter().flatten() {
+                proptest::prop_assert!(v >= 1.0 && v <= cgroup::MAX_IOPS_LIMIT as f64);
+            }
+            Ok(())
+        })
+        .unwrap();
+    v1.set_caps(&name, &Caps::NONE).unwrap();
 }
 
 #[test]

@@ -59,6 +59,17 @@ pub fn restore_leftovers(path: &Path) -> anyhow::Result<usize> {
     Ok(restored)
 }
 
+/// The longest wait, in intervals, between tries to adopt a failing tenant.
+pub(super) const MAX_RETRY_INTERVALS: u64 = 32;
+
+/// A tenant that could not be adopted: why, how often, and when to try again.
+#[derive(Debug)]
+pub(super) struct FailedAdoption {
+    message: String,
+    failures: u32,
+    next_try: u64,
+}
+
 /// Puts one tenant's original limits back, through `qmp` when the daemon is
 /// connected to that monitor (a QMP socket serves one client at a time).
 fn restore(tenant: &str, original: &Original, qmp: Option<&mut QmpBackend>) -> anyhow::Result<()> {
@@ -222,16 +233,37 @@ impl Service {
         self.ownership.forget(name);
     }
 
-    /// Logs a tenant that cannot be adopted once, not every interval.
+    /// Logs a tenant that cannot be adopted once, not every interval, and
+    /// backs its retries off: 1, 2, 4 … up to [`MAX_RETRY_INTERVALS`]
+    /// intervals apart. A QEMU monitor that accepts and never answers costs
+    /// a whole QMP timeout per try, in the control thread: retried every
+    /// interval, a few of them would make every interval late.
     pub(super) fn log_error(&mut self, name: &str, message: &str) {
-        match self
+        let now = self.ticks;
+        let failed = self
             .failed_adoptions
-            .insert(name.to_string(), message.to_string())
-        {
-            None => warn!(tenant = %name, "{message}; retried each interval"),
-            Some(old) if old != message => debug!(tenant = %name, "still failing: {message}"),
-            Some(_) => {}
+            .entry(name.to_string())
+            .or_insert_with(|| FailedAdoption {
+                message: String::new(),
+                failures: 0,
+                next_try: now,
+            });
+        if failed.failures == 0 {
+            warn!(tenant = %name, "{message}; retried with backoff, at least every {MAX_RETRY_INTERVALS} intervals");
+        } else if failed.message != message {
+            debug!(tenant = %name, "still failing: {message}");
         }
+        failed.failures += 1;
+        failed.message = message.to_string();
+        let wait = 1u64 << (failed.failures - 1).min(MAX_RETRY_INTERVALS.ilog2());
+        failed.next_try = now + wait.min(MAX_RETRY_INTERVALS);
+    }
+
+    /// Whether a tenant whose adoption failed is due for another try.
+    fn adoption_due(&self, name: &str) -> bool {
+        self.failed_adoptions
+            .get(name)
+            .is_none_or(|f| self.ticks >= f.next_try)
     }
 
     /// Finds tenants, adopts new ones, drops vanished ones.
@@ -257,7 +289,7 @@ impl Service {
             if moved {
                 self.release(&f.name);
             }
-            if !self.tenants.contains_key(&f.name) {
+            if !self.tenants.contains_key(&f.name) && self.adoption_due(&f.name) {
                 adopted.push(f.name.clone());
                 self.adopt(f);
             }

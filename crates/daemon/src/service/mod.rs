@@ -122,7 +122,7 @@ pub struct Service {
     cluster_floors: std::collections::BTreeMap<String, Option<iofloor_core::Rate>>,
     cluster_floors_version: u64,
     /// Tenants found but not adopted, with the reason already logged.
-    failed_adoptions: HashMap<String, String>,
+    failed_adoptions: HashMap<String, adoption::FailedAdoption>,
 }
 
 impl Service {

@@ -835,9 +835,47 @@ fn faults_stay_with_one_tenant_and_the_daemon_carries_on() {
         }
     });
 
-    let mut cg = Cgroups::new("faults", &["steady", "flaky", "other-dev"]);
+    // A QEMU monitor that accepts and never answers.
+    let silent = scratch.path().join("silent.qmp");
+    let silent_listener = std::os::unix::net::UnixListener::bind(&silent).unwrap();
+    std::thread::spawn(move || {
+        let held: Vec<_> = silent_listener.incoming().take(1000).collect();
+        drop(held);
+    });
+
+    // Cgroup directories named with control characters, quotes and shell
+    // metacharacters (the kernel refuses a newline in a cgroup name: EINVAL),
+    // and a tenant named with 10,000 characters.
+    const ODD_CHARS: &str = "tab\there \"quoted\" back\\slash \u{1b}[31m";
+    const SHELL: &str = "$(touch pwned); rm -rf x `y` | & > z";
+    let long_name = "n".repeat(10_000);
+    let mut cg = Cgroups::new(
+        "faults",
+        &[
+            "steady",
+            "flaky",
+            "other-dev",
+            "long",
+            &format!("odd/{ODD_CHARS}"),
+            &format!("odd/{SHELL}"),
+        ],
+    );
     let tenants = format!(
         r#"
+[[tenant]]
+name = "odd"
+cgroup = "{{parent}}/odd/*"
+device = "rig"
+[[tenant]]
+name = "{long_name}"
+cgroup = "{{parent}}/long"
+device = "rig"
+floor = "10 IOPS"
+[[tenant]]
+name = "silent"
+qmp = "{}"
+drive = "drive0"
+device = "rig"
 [[tenant]]
 name = "steady"
 cgroup = "{{parent}}/steady"
@@ -865,6 +903,7 @@ name = "second"
 path = "{second}"
 model = {{ rbps = 1e9, rseqiops = 5000, rrandiops = 5000, wbps = 1e9, wseqiops = 5000, wrandiops = 5000 }}
 "#,
+        silent.display(),
         qmp.display()
     );
     let mut daemon = Daemon::start(&config(&rig.device, 1000, &cg.parent, &tenants));
@@ -924,6 +963,28 @@ model = {{ rbps = 1e9, rseqiops = 5000, rrandiops = 5000, wbps = 1e9, wseqiops =
         "{log}"
     );
     assert!(log.contains("gone; dropped"), "{log}");
+    // The monitor that never answers: logged once, never adopted, and
+    // retried with backoff rather than costing a timeout every interval.
+    assert_eq!(count("tenant=silent"), 1, "{log}");
+    assert!(tenant(&v, "silent").is_null(), "{v}");
+    let (_, status) = daemon.get("/api/v1/status");
+    assert_eq!(status["overruns"], 0, "{status}");
+    // Odd names are names: adopted, shown and exported as they are.
+    for name in [
+        format!("odd/{ODD_CHARS}"),
+        format!("odd/{SHELL}"),
+        long_name.clone(),
+    ] {
+        assert_eq!(tenant(&v, &name)["available"], true, "{name:?}: {v}");
+    }
+    assert!(!std::path::Path::new("pwned").exists());
+    let metrics = daemon.get_text("/metrics");
+    assert!(
+        metrics
+            .lines()
+            .all(|l| l.is_empty() || l.starts_with('#') || l.starts_with("iofloor_")),
+        "a tenant name broke the exposition format"
+    );
     cg.wait_fio();
     let (status, _) = daemon.terminate();
     assert!(status.success());
