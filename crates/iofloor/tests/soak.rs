@@ -201,16 +201,7 @@ impl World {
         if let Some(r) = rate {
             args.push(format!("--rate_iops={r}"));
         }
-        let procs = self.cgroup(name).join("cgroup.procs");
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(format!("echo $$ > {} && exec fio \"$@\"", procs.display()))
-            .arg("sh")
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = harness::fio_in_cgroup(&self.cgroup(name), &args);
         self.tenants.get_mut(name).unwrap().fio = Some(child);
         self.demands
             .lock()

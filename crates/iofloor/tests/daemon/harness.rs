@@ -69,17 +69,21 @@ impl Cgroups {
         if let Some(r) = rate {
             args.push(format!("--rate={r}"));
         }
-        let procs = self.path(name).join("cgroup.procs");
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(format!("echo $$ > {} && exec fio \"$@\"", procs.display()))
-            .arg("sh")
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = fio_in_cgroup(&self.path(name), &args);
         self.children.push(child);
+    }
+
+    /// 100 cgroups `t000` … `t099` on a loop device over tmpfs (CPU-bound:
+    /// any CPU the daemon takes would show), and the `[[tenant]]` entry that
+    /// finds them all, each with a floor of 1,000 IOPS.
+    pub fn hundred(tag: &str) -> (LoopDevice, Cgroups, &'static str) {
+        let backing = PathBuf::from(format!("/dev/shm/iofloor-{tag}-{}.img", std::process::id()));
+        let loop_device = LoopDevice::new(&backing, 256 << 20);
+        let names: Vec<String> = (0..100).map(|i| format!("t{i:03}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let tenants =
+            "\n[[tenant]]\nname = \"t\"\ncgroup = \"{parent}/t*\"\nfloor = \"1000 IOPS\"\n";
+        (loop_device, Cgroups::new(tag, &refs), tenants)
     }
 
     pub fn wait_fio(&mut self) {
@@ -122,6 +126,21 @@ impl Cgroups {
             .trim()
             .to_string()
     }
+}
+
+/// Starts fio with `args` (its own flags, one each) in the cgroup at `dir`:
+/// the shell joins the cgroup, then becomes fio.
+pub fn fio_in_cgroup(dir: &Path, args: &[String]) -> Child {
+    let procs = dir.join("cgroup.procs");
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("echo $$ > {} && exec fio \"$@\"", procs.display()))
+        .arg("sh")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 /// Every directory under `dir`, deepest first.

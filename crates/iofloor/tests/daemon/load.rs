@@ -9,7 +9,7 @@
 
 use super::{config, SERIAL};
 use crate::common::real_environment;
-use crate::harness::{self, Cgroups, Daemon};
+use crate::harness::{Cgroups, Daemon};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -161,20 +161,7 @@ fn api_under_load_leaves_the_control_loop_on_time() {
     if !real_environment() {
         return;
     }
-    let backing = std::path::PathBuf::from(format!(
-        "/dev/shm/iofloor-apiload-{}.img",
-        std::process::id()
-    ));
-    let loop_device = harness::LoopDevice::new(&backing, 64 << 20);
-    let names: Vec<String> = (0..100).map(|i| format!("t{i:03}")).collect();
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let cg = Cgroups::new("apiload", &refs);
-    let tenants = r#"
-[[tenant]]
-name = "t"
-cgroup = "{parent}/t*"
-floor = "1000 IOPS"
-"#;
+    let (loop_device, cg, tenants) = Cgroups::hundred("apiload");
     let text = config(&loop_device.device, 200_000, &cg.parent, tenants)
         .replace("interval = \"1s\"", "interval = \"100ms\"");
     let daemon = Daemon::start(&text);

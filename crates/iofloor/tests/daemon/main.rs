@@ -1061,23 +1061,8 @@ fn overhead_of_the_daemon_with_100_tenants() {
     if !real_environment() {
         return;
     }
-    let backing = std::path::PathBuf::from(format!(
-        "/dev/shm/iofloor-overhead-{}.img",
-        std::process::id()
-    ));
-    // tmpfs, so the device is CPU-bound: any CPU the daemon takes would show.
-    let loop_device = harness::LoopDevice::new(&backing, 256 << 20);
+    let (loop_device, mut cg, tenants) = Cgroups::hundred("overhead");
     let device = loop_device.device.clone();
-
-    let names: Vec<String> = (0..100).map(|i| format!("t{i:03}")).collect();
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let mut cg = Cgroups::new("overhead", &refs);
-    let tenants = r#"
-[[tenant]]
-name = "t"
-cgroup = "{parent}/t*"
-floor = "1000 IOPS"
-"#;
     // A model that makes 100 floors of 1,000 IOPS admissible on this device.
     let mut daemon = Daemon::start(&config(&device, 200_000, &cg.parent, tenants));
     daemon.wait_for("100 tenants", Duration::from_secs(10), |v| {
