@@ -17,6 +17,7 @@ loopdev=""
 cgroup=/sys/fs/cgroup/blkio/iofloor-seeds-$$
 qsd_pid=""
 cleanup() {
+  set +e  # every step runs, whatever failed before or here
   [[ -n $qsd_pid ]] && kill "$qsd_pid" 2>/dev/null && wait "$qsd_pid" 2>/dev/null
   [[ -d $cgroup ]] && rmdir "$cgroup"
   [[ -n $loopdev ]] && losetup -d "$loopdev"

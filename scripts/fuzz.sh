@@ -6,8 +6,9 @@
 #   scripts/fuzz.sh --seconds 300 qmp    # one target for 5 minutes
 #   scripts/fuzz.sh --execs 1000000      # each target to a million runs
 #
-# Two targets run at a time (one per core). Prints each target's executions,
-# speed, paths found, crashes and hangs, and exits 1 if any target crashed;
+# One target runs per core at a time. Prints each target's executions,
+# speed, paths found, crashes and hangs (an input that takes over 5 s), and
+# exits 1 if any target crashed or hung;
 # crashing inputs are kept under target/afl/crashes/TARGET/ (replay one with
 # `target/afl/release/fuzz TARGET < FILE`; once fixed, add it to
 # fuzz/regressions/TARGET/, which `cargo test` replays).
@@ -51,15 +52,17 @@ export AFL_NO_AFFINITY=1
 pids=()
 run() {
   local t=$1
-  cargo afl fuzz -i "fuzz/corpus/$t" -o "$out/$t" -t 2000 "${limit[@]}" \
+  cargo afl fuzz -i "fuzz/corpus/$t" -o "$out/$t" -t 5000 "${limit[@]}" \
     -- target/afl/release/fuzz "$t" >"$out/$t.log" 2>&1 || true
 }
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+# Each target in a process group of its own, so that stopping this script
+# stops cargo-afl, afl-fuzz and the target too.
+cleanup() { for p in "${pids[@]}"; do kill -- "-$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 jobs_at_once=$(nproc)
 for t in "${targets[@]}"; do
   while (($(jobs -rp | wc -l) >= jobs_at_once)); do wait -n || true; done
-  run "$t" &
+  setsid bash -c "$(declare -p limit out); $(declare -f run); run $t" &
   pids+=($!)
 done
 wait
@@ -75,15 +78,25 @@ for t in "${targets[@]}"; do
     continue
   fi
   crashes=$(stat "$t" saved_crashes)
+  hangs=$(stat "$t" saved_hangs)
   printf '%-12s %12s %10s %8s %8s %6s\n' "$t" "$(stat "$t" execs_done)" \
-    "$(stat "$t" execs_per_sec)" "$(stat "$t" corpus_count)" "$crashes" "$(stat "$t" saved_hangs)"
-  if ((crashes > 0)); then
+    "$(stat "$t" execs_per_sec)" "$(stat "$t" corpus_count)" "$crashes" "$hangs"
+  if [[ ! $crashes =~ ^[0-9]+$ || ! $hangs =~ ^[0-9]+$ ]]; then
+    echo "$t: unreadable fuzzer_stats" >&2
+    failed=1
+    continue
+  fi
+  if ((crashes + hangs > 0)); then
     mkdir -p "target/afl/crashes/$t"
-    cp "$out/$t"/default/crashes/id:* "target/afl/crashes/$t/"
+    shopt -s nullglob
+    for f in "$out/$t"/default/crashes/id:* "$out/$t"/default/hangs/id:*; do
+      cp "$f" "target/afl/crashes/$t/"
+    done
+    shopt -u nullglob
     failed=1
   fi
 done
 if ((failed)); then
-  echo "fuzz.sh: crashes (or a target that did not run): see target/afl/crashes/ and $out/*.log" >&2
+  echo "fuzz.sh: crashes or hangs (or a target that did not run): see target/afl/crashes/ and $out/*.log" >&2
   exit 1
 fi

@@ -165,7 +165,9 @@ impl Allocator {
             .fold(0.0, f64::max);
         let snapshot = Snapshot {
             now,
-            interval: Duration::from_secs_f64(interval),
+            // Reports are checked when read; saturating keeps a report made
+            // in memory by a caller from panicking here.
+            interval: Duration::try_from_secs_f64(interval).unwrap_or(Duration::MAX),
             device: merge_device(reports.iter().filter_map(|r| r.local_device)),
             tenants: &samples,
         };

@@ -157,8 +157,17 @@ fn check_caps(tenant: &str, caps: &Caps) -> Result<(), String> {
     Ok(())
 }
 
+/// An interval as the daemon's config allows it, in seconds.
+fn check_interval(interval_s: f64) -> Result<(), String> {
+    if !(interval_s > 0.0 && interval_s <= 3600.0) {
+        return Err(format!("interval_s {interval_s} is not an interval"));
+    }
+    Ok(())
+}
+
 impl Check for HostReport {
     fn check(&self) -> Result<(), String> {
+        check_interval(self.interval_s)?;
         for t in &self.tenants {
             t.spec
                 .check_promise()
@@ -178,6 +187,12 @@ impl Check for FloorSetting {
 
 impl Check for Allocation {
     fn check(&self) -> Result<(), String> {
+        check_interval(self.interval_s)?;
+        for (key, v) in [("capacity", self.capacity), ("floors", self.floors)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{key} {v} is not a share of the device"));
+            }
+        }
         self.caps
             .iter()
             .try_for_each(|(tenant, caps)| check_caps(tenant, caps))

@@ -10,6 +10,7 @@ use crate::limits::{bound_requests, Limits, MAX_BODY_BYTES};
 use crate::service::{Command, Patch, PatchError, Shared};
 use crate::view::{Point, TenantList};
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -189,9 +190,10 @@ async fn put_cluster_floor(
     State(s): State<ApiState>,
     Path(tenant): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let reader = changing_cluster(&s, &headers)?;
+    let body = body.map_err(rejected)?;
     let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, m);
     let patch = parse_patch(&body).map_err(bad)?;
     let (Some(floor), None, None) = (patch.floor, patch.ceiling, patch.weight) else {
@@ -307,6 +309,12 @@ async fn admission(State(s): State<ApiState>) -> Response {
     Json(json!({ "devices": devices })).into_response()
 }
 
+/// A body axum would not take (past the size bound: 413), as the API's JSON
+/// error rather than axum's plain text.
+fn rejected(r: BytesRejection) -> ApiError {
+    ApiError::new(r.status(), r.body_text())
+}
+
 /// Checks the caller may change state: over the unix socket, or with the
 /// configured bearer token (compared in constant time).
 fn authorise(s: &ApiState, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -414,11 +422,15 @@ async fn patch_tenant(
     State(s): State<ApiState>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     if let Err(r) = authorise(&s, &headers) {
         return r.into_response();
     }
+    let body = match body {
+        Ok(b) => b,
+        Err(r) => return rejected(r).into_response(),
+    };
     let patch = match parse_patch(&body) {
         Ok(p) => p,
         Err(m) => return error(StatusCode::BAD_REQUEST, m),

@@ -120,6 +120,24 @@ struct TenantEntry {
     latency_sensitive: bool,
 }
 
+/// A token or password file: a regular file of at most 64 KiB. A config
+/// naming `/dev/zero`, a pipe or a huge file is refused instead of read
+/// without end.
+fn read_secret(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    const MAX: u64 = 64 * 1024;
+    let file = std::fs::File::open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut text = String::new();
+    file.take(MAX + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX {
+        return Err(std::io::Error::other("larger than 64 KiB: not a secret"));
+    }
+    Ok(text)
+}
+
 /// Where the API listens and who may change things. Its `Debug` leaves the
 /// token out, so no log of a config can show it.
 #[derive(Clone, PartialEq)]
@@ -365,7 +383,7 @@ impl Checker<'_> {
             (Some(t), None) => Some(t),
             (None, Some(f)) => {
                 let f = self.resolve(&f);
-                let t = std::fs::read_to_string(&f)
+                let t = read_secret(&f)
                     .map_err(|e| bad("token_file", format!("{}: {e}", f.display())))?;
                 Some(t.trim().to_string())
             }
@@ -487,7 +505,7 @@ impl Checker<'_> {
             (None, Some(f)) => {
                 let f = self.resolve(&f);
                 Some(
-                    std::fs::read_to_string(&f)
+                    read_secret(&f)
                         .map_err(|e| bad("password_file", format!("{}: {e}", f.display())))?
                         .trim()
                         .to_string(),

@@ -225,7 +225,9 @@ impl QmpBackend {
         for key in THROTTLE_FIELDS {
             args[key] = json!(limits.get(key).and_then(Value::as_u64).unwrap_or(0));
         }
-        self.execute(&t.socket, "block_set_io_throttle", Some(args))
+        // Putting limits back is never skipped for a pause after a timeout:
+        // it is what a stopping daemon must do.
+        self.execute_connected(&t.socket, "block_set_io_throttle", Some(args))
             .map(|_| ())
     }
 

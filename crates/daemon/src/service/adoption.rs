@@ -156,8 +156,31 @@ impl Service {
         let device = self.config.tenants[found.entry].device;
         let spec = Arc::new(self.spec_for(found.entry, &found.name));
         let d = &mut self.devices[device];
-        let original = match &found.kind {
-            FoundKind::Cgroup(rel) => match d.backend.cgroups.controller().caps(rel) {
+        // A tenant whose restore failed when it was released is still in the
+        // state file with its true originals: what it has now is iofloor's
+        // own caps, which must not become its "original".
+        let kept = self
+            .ownership
+            .get(&found.name)
+            .map(|e| e.original.clone())
+            .filter(|o| match (o, &found.kind) {
+                (Original::Cgroup { cgroup, .. }, FoundKind::Cgroup(rel)) => cgroup == rel,
+                (Original::Qmp { socket, drive, .. }, FoundKind::Qmp { socket: s, drive: dr }) => {
+                    socket == s && drive == dr
+                }
+                _ => false,
+            });
+        let original = match (&found.kind, kept) {
+            (FoundKind::Qmp { socket, drive }, Some(kept)) => {
+                d.backend.qmp.add_tenant(
+                    &found.name,
+                    socket,
+                    QmpTarget::Drive { id: drive.clone() },
+                );
+                kept
+            }
+            (_, Some(kept)) => kept,
+            (FoundKind::Cgroup(rel), None) => match d.backend.cgroups.controller().caps(rel) {
                 Ok(caps) => Original::Cgroup {
                     root: self.cgroup_root.clone(),
                     cgroup: rel.clone(),
@@ -171,7 +194,7 @@ impl Service {
                     return;
                 }
             },
-            FoundKind::Qmp { socket, drive } => {
+            (FoundKind::Qmp { socket, drive }, None) => {
                 d.backend.qmp.add_tenant(
                     &found.name,
                     socket,

@@ -53,6 +53,8 @@ impl Service {
             })
             .map(|new| {
                 self.take_config(new);
+                // A fixed entry is tried at once, not after its backoff.
+                self.failed_adoptions.clear();
                 let message = format!("reloaded {}", self.config.file.display());
                 info!("{message}");
                 message

@@ -586,7 +586,9 @@ weight = 300
     }
     // A body past the API's 64 KiB bound is refused before it is taken.
     let huge = format!(r#"{{"floor": "{}"}}"#, "9".repeat(100_000));
-    assert_eq!(patch(&huge, Some("let-me-in")).0, 413);
+    let (status, answer) = patch(&huge, Some("let-me-in"));
+    assert_eq!(status, 413, "{answer}");
+    spec.check("/api/v1/tenants/{name}", "patch", 413, &answer);
     let (_, db) = daemon.get("/api/v1/tenants/db");
     assert_eq!(
         db["floor"]["value"], 200.0,
