@@ -165,9 +165,13 @@ impl Service {
             .map(|e| e.original.clone())
             .filter(|o| match (o, &found.kind) {
                 (Original::Cgroup { cgroup, .. }, FoundKind::Cgroup(rel)) => cgroup == rel,
-                (Original::Qmp { socket, drive, .. }, FoundKind::Qmp { socket: s, drive: dr }) => {
-                    socket == s && drive == dr
-                }
+                (
+                    Original::Qmp { socket, drive, .. },
+                    FoundKind::Qmp {
+                        socket: s,
+                        drive: dr,
+                    },
+                ) => socket == s && drive == dr,
                 _ => false,
             });
         let original = match (&found.kind, kept) {
@@ -303,6 +307,9 @@ impl Service {
         for name in gone {
             info!(tenant = %name, "gone; dropped");
             self.release(&name);
+            // Its API changes go with it: with pods coming and going, kept
+            // changes of departed tenants would grow without end.
+            self.overrides.remove(&name);
         }
         self.failed_adoptions
             .retain(|n, _| present.contains(n.as_str()));
