@@ -176,6 +176,24 @@ impl<I> BoundedIo<I> {
         self.stall.as_mut().reset(deadline);
     }
 
+    /// A write's outcome, noting progress or a stall.
+    fn wrote(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<std::io::Result<usize>>,
+    ) -> Poll<std::io::Result<usize>> {
+        match polled {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.moved();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending => self.pending(cx),
+            other => other,
+        }
+    }
+
     /// What a pending read or write becomes: still pending, or an error
     /// once the connection has been still for too long.
     fn pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<T>> {
@@ -215,16 +233,8 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for BoundedIo<I> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        match Pin::new(&mut self.io).poll_write(cx, buf) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    self.moved();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending => self.pending(cx),
-            other => other,
-        }
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.wrote(cx, polled)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -240,16 +250,8 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for BoundedIo<I> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        match Pin::new(&mut self.io).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    self.moved();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending => self.pending(cx),
-            other => other,
-        }
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.wrote(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
