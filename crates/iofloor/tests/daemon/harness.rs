@@ -27,14 +27,16 @@ pub struct Cgroups {
 
 impl Cgroups {
     pub fn new(tag: &str, names: &[&str]) -> Cgroups {
-        let parent = format!("iofloor-daemon-{tag}-{}", std::process::id());
-        for n in names {
-            std::fs::create_dir_all(Path::new(BLKIO).join(&parent).join(n)).unwrap();
-        }
-        Cgroups {
-            parent,
+        // Made before the directories, so a name the kernel refuses still
+        // leaves nothing behind (its Drop removes what was made).
+        let cgroups = Cgroups {
+            parent: format!("iofloor-daemon-{tag}-{}", std::process::id()),
             children: Vec::new(),
+        };
+        for n in names {
+            std::fs::create_dir_all(Path::new(BLKIO).join(&cgroups.parent).join(n)).unwrap();
         }
+        cgroups
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
