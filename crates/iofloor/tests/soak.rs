@@ -59,30 +59,13 @@ impl Dice {
     }
 }
 
+/// The daemon tests' config (the rig's cost model) at a 500 ms interval,
+/// with the soak's two tenant entries: every `c*` cgroup, and the guest.
 fn config(device: &str, parent: &str, floor: u32) -> String {
-    format!(
-        r#"interval = "500ms"
-state_file = "{{dir}}/state.json"
-
-[api]
-listen = "127.0.0.1:{{port}}"
-token = "let-me-in"
-unix_socket = "{{dir}}/api.sock"
-
-[[device]]
-name = "rig"
-path = "{device}"
-[device.model]
-rbps = 100e9
-rseqiops = {IOPS}
-rrandiops = {IOPS}
-wbps = 100e9
-wseqiops = {IOPS}
-wrandiops = {IOPS}
-
-[[tenant]]
+    let tenants = format!(
+        r#"[[tenant]]
 name = "c"
-cgroup = "{parent}/c*"
+cgroup = "{{parent}}/c*"
 floor = "{floor} IOPS"
 
 [[tenant]]
@@ -91,7 +74,9 @@ qmp = "{{dir}}/vm*.qmp"
 drive = "{DRIVE}"
 floor = "20 IOPS"
 "#
-    )
+    );
+    harness::config(device, IOPS, parent, &tenants)
+        .replace("interval = \"1s\"", "interval = \"500ms\"")
 }
 
 /// One soak cgroup: its fio, if any, and the limit it had before the daemon.

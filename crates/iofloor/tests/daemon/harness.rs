@@ -450,6 +450,34 @@ impl Drop for Daemon {
     }
 }
 
+/// A config for tenants in `parent`'s children on `device`, with the rig's
+/// cost model (every I/O costs the same: the rig counts operations).
+pub fn config(device: &str, iops: u64, parent: &str, tenants: &str) -> String {
+    format!(
+        r#"interval = "1s"
+state_file = "{{dir}}/state.json"
+
+[api]
+listen = "127.0.0.1:{{port}}"
+token = "let-me-in"
+unix_socket = "{{dir}}/api.sock"
+
+[[device]]
+name = "rig"
+path = "{device}"
+[device.model]
+rbps = 100e9
+rseqiops = {iops}
+rrandiops = {iops}
+wbps = 100e9
+wseqiops = {iops}
+wrandiops = {iops}
+
+{tenants}"#
+    )
+    .replace("{parent}", parent)
+}
+
 fn fill(config: &str, port: u16, dir: &Path) -> String {
     config
         .replace("{port}", &port.to_string())

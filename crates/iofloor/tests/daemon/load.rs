@@ -7,9 +7,9 @@
 //! timing: every request answered, slow subscribers dropped, the daemon's
 //! memory bounded.
 
-use super::{config, SERIAL};
+use super::SERIAL;
 use crate::common::real_environment;
-use crate::harness::{Cgroups, Daemon};
+use crate::harness::{config, Cgroups, Daemon};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};

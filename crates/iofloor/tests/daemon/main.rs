@@ -13,40 +13,12 @@ mod harness;
 mod load;
 
 use common::{real_environment, TestRig};
-use harness::{ApiSpec, Cgroups, Daemon};
+use harness::{config, ApiSpec, Cgroups, Daemon};
 use serde_json::Value;
 use std::sync::Mutex;
 use std::time::Duration;
 
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// A config for tenants in `parent`'s children on `device`, with the rig's
-/// cost model (every I/O costs the same: the rig counts operations).
-fn config(device: &str, iops: u64, parent: &str, tenants: &str) -> String {
-    format!(
-        r#"interval = "1s"
-state_file = "{{dir}}/state.json"
-
-[api]
-listen = "127.0.0.1:{{port}}"
-token = "let-me-in"
-unix_socket = "{{dir}}/api.sock"
-
-[[device]]
-name = "rig"
-path = "{device}"
-[device.model]
-rbps = 100e9
-rseqiops = {iops}
-rrandiops = {iops}
-wbps = 100e9
-wseqiops = {iops}
-wrandiops = {iops}
-
-{tenants}"#
-    )
-    .replace("{parent}", parent)
-}
 
 fn tenant(v: &Value, name: &str) -> Value {
     v["tenants"]
