@@ -11,6 +11,7 @@ pub mod capacity;
 pub mod control;
 pub mod cost;
 pub mod error;
+pub mod hierarchy;
 pub mod judge;
 pub mod model;
 pub mod policy;
@@ -21,7 +22,8 @@ pub use control::{Backend, Controller, Counters, DeviceCounters, TickReport};
 pub use cost::{CostModel, CostParams};
 pub use error::ValidationError;
 pub use model::{
-    Caps, DeviceSample, DirUsage, Direction, Snapshot, TenantClass, TenantSample, TenantSpec, Usage,
+    Caps, DeviceSample, DirUsage, Direction, GroupSpec, Snapshot, TenantClass, TenantSample,
+    TenantSpec, Usage,
 };
 pub use policy::{build as build_policy, Policy, PolicyContext, PolicyKind, PolicyParams};
 pub use units::Rate;

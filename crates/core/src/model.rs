@@ -42,6 +42,42 @@ pub struct TenantSpec {
     /// containers): under contention it may take what VMs hold above theirs.
     #[serde(default)]
     pub latency_sensitive: bool,
+    /// The group the tenant belongs to, if any: the group's floor is shared
+    /// by its members, and what one member leaves goes to its siblings first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<Arc<GroupSpec>>,
+}
+
+/// A group of tenants (a customer, a pod, a VM's disks) with a promise of its
+/// own: a floor its members share (their own floors first, then by weight),
+/// a ceiling they never exceed together, and a weight among its siblings.
+/// Groups nest through `parent`; a group is known by its name, unique among
+/// the groups of a device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupSpec {
+    pub name: String,
+    pub floor: Option<Rate>,
+    pub ceiling: Option<Rate>,
+    pub weight: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Arc<GroupSpec>>,
+}
+
+impl GroupSpec {
+    pub fn new(name: impl Into<String>) -> Self {
+        GroupSpec {
+            name: name.into(),
+            floor: None,
+            ceiling: None,
+            weight: DEFAULT_WEIGHT,
+            parent: None,
+        }
+    }
+
+    /// The group and its ancestors, innermost first.
+    pub fn lineage(self: &Arc<Self>) -> impl Iterator<Item = &Arc<GroupSpec>> {
+        std::iter::successors(Some(self), |g| g.parent.as_ref())
+    }
 }
 
 impl TenantSpec {
@@ -53,6 +89,7 @@ impl TenantSpec {
             ceiling: None,
             weight: DEFAULT_WEIGHT,
             latency_sensitive: false,
+            group: None,
         }
     }
 

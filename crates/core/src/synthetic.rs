@@ -51,6 +51,38 @@ pub fn contended_tenants(n: usize) -> Vec<TenantSample> {
         .collect()
 }
 
+/// [`contended_tenants`] in `groups` groups (customers), each with a floor
+/// of its members' floors and half as much again, and every tenth group
+/// under one of ten parents with a ceiling: two levels, floors split among
+/// members, ceilings to hold.
+pub fn grouped_tenants(n: usize, groups: usize) -> Vec<TenantSample> {
+    let share = 1.0 / n as f64;
+    let per_group = n.div_ceil(groups.max(1));
+    let parents: Vec<Arc<GroupSpec>> = (0..10)
+        .map(|p| {
+            let mut g = GroupSpec::new(format!("parent-{p}"));
+            g.ceiling = Some(Rate::Cost(0.3));
+            Arc::new(g)
+        })
+        .collect();
+    let specs: Vec<Arc<GroupSpec>> = (0..groups.max(1))
+        .map(|k| {
+            let mut g = GroupSpec::new(format!("group-{k:04}"));
+            g.floor = Some(Rate::Cost(1.2 * 0.8 * share * per_group as f64));
+            g.weight = 100.0 + (k % 7) as f64 * 50.0;
+            g.parent = (k % 10 == 0).then(|| parents[(k / 10) % 10].clone());
+            Arc::new(g)
+        })
+        .collect();
+    let mut tenants = contended_tenants(n);
+    for (i, t) in tenants.iter_mut().enumerate() {
+        let mut spec = (*t.spec).clone();
+        spec.group = Some(specs[i / per_group].clone());
+        t.spec = Arc::new(spec);
+    }
+    tenants
+}
+
 /// A device that `iops` random or sequential I/Os per second fill in either
 /// direction, whatever their size (bandwidth never binds): the simplest model
 /// for tests whose figures are worked out by hand.

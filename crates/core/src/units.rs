@@ -141,6 +141,15 @@ impl Rate {
         }
     }
 
+    /// Another rate in the same unit.
+    pub fn with_value(self, value: f64) -> Rate {
+        match self {
+            Rate::Iops(_) => Rate::Iops(value),
+            Rate::BytesPerSec(_) => Rate::BytesPerSec(value),
+            Rate::Cost(_) => Rate::Cost(value),
+        }
+    }
+
     /// Parses `800KB/s`, `10MiB/s`, `10 MB/s`, `500iops`, `2k iops`, `25%`, `0.25cost`.
     /// Zero and negative rates are refused: a floor or rate of zero means "leave it out".
     pub fn parse(text: &str) -> Result<Rate, UnitError> {

@@ -40,6 +40,7 @@
 use super::{Feasibility, MixMemory, Policy, PolicyContext};
 use crate::capacity::{CapacityLoop, CapacitySettings, Observation, Verdict};
 use crate::error::ValidationError;
+use crate::hierarchy::{Claims, Tree};
 use crate::model::{Caps, Snapshot, TenantClass, Usage};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -197,11 +198,8 @@ pub struct FloorPolicy {
 /// One tenant's figures for a decision, all in cost units per second.
 #[derive(Debug, Clone, Copy)]
 struct Priced {
-    /// Cost of the floor at the tenant's mix (0 without a floor).
-    floor: f64,
     ceiling: f64,
     demand: f64,
-    weight: f64,
     class: TenantClass,
     pressing: bool,
     /// A latency-sensitive container wanting its fast path back.
@@ -232,50 +230,6 @@ impl FloorPolicy {
     }
 }
 
-/// Weighted water-filling: raises each `alloc[i]` towards `want[i]` in
-/// proportion to `weight[i]` until `budget` is spent. Returns what is left.
-fn water_fill(
-    members: &[usize],
-    alloc: &mut [f64],
-    want: &[f64],
-    weight: &[f64],
-    mut budget: f64,
-) -> f64 {
-    let mut open: Vec<usize> = members
-        .iter()
-        .copied()
-        .filter(|&i| want[i] > alloc[i])
-        .collect();
-    // Fill level per unit weight at which each member is satisfied.
-    open.sort_by(|&a, &b| {
-        ((want[a] - alloc[a]) / weight[a]).total_cmp(&((want[b] - alloc[b]) / weight[b]))
-    });
-    let mut weight_left: f64 = open.iter().map(|&i| weight[i]).sum();
-    let mut level = 0.0;
-    for (n, &i) in open.iter().enumerate() {
-        let need = (want[i] - alloc[i]) / weight[i];
-        let step = need - level;
-        if step * weight_left <= budget {
-            budget -= step * weight_left;
-            level = need;
-            weight_left -= weight[i];
-        } else {
-            level += budget / weight_left;
-            for &j in &open[n..] {
-                alloc[j] += level * weight[j];
-            }
-            for &j in &open[..n] {
-                alloc[j] = want[j];
-            }
-            return 0.0;
-        }
-    }
-    for &i in &open {
-        alloc[i] = want[i];
-    }
-    budget
-}
-
 impl Policy for FloorPolicy {
     fn name(&self) -> &'static str {
         "floor"
@@ -297,7 +251,7 @@ impl Policy for FloorPolicy {
         let priced = self.price(snapshot);
         let device = self.judge_device(snapshot, &priced);
         let tenants = self.estimate_demand(snapshot, &priced, &device);
-        let shares = self.share(&tenants, &device);
+        let shares = self.share(&priced, &tenants, &device);
         let caps = self.caps(&priced, &device, &tenants, &shares);
         self.remember(snapshot, &priced, &caps)
     }
@@ -312,8 +266,15 @@ struct Pricing {
     /// Cost rate used this interval.
     usage: Vec<f64>,
     total: f64,
-    /// Cost of each floor at the tenant's mix (0 without one).
+    /// Each tenant's floor in cost at its mix: its own, or where it is in a
+    /// group, its share of the group's (crate::hierarchy); 0 without one.
     floor_costs: Vec<f64>,
+    /// The tenants' groups; per node (tenants, then groups) the effective
+    /// floor, the ceiling and the weight, groups priced at their members' mix.
+    tree: Tree,
+    node_floor: Vec<f64>,
+    node_ceiling: Vec<f64>,
+    node_weight: Vec<f64>,
     /// Each tenant's best latency seen, for starvation (step 3).
     latency_floor: Vec<Option<f64>>,
 }
@@ -347,6 +308,8 @@ struct Shares {
     alloc: Vec<f64>,
     /// The part of each allocation that is the tenant's floor (or its demand, if smaller).
     entitlement: Vec<f64>,
+    /// Per leaf, the most it may get so that no group exceeds its ceiling.
+    group_limit: Vec<Option<f64>>,
 }
 
 impl FloorPolicy {
@@ -385,7 +348,7 @@ impl FloorPolicy {
             })
             .collect();
         let total: f64 = usage.iter().sum();
-        let floor_costs: Vec<f64> = snapshot
+        let mut floor_costs: Vec<f64> = snapshot
             .tenants
             .iter()
             .zip(&mixes)
@@ -396,6 +359,65 @@ impl FloorPolicy {
                     .unwrap_or(0.0)
             })
             .collect();
+        let tree = Tree::build(snapshot.tenants);
+        let ceiling_of = |rate: Option<crate::units::Rate>, mix: &Usage| {
+            rate.and_then(|r| cost.rate_to_cost(r, mix))
+                .unwrap_or(f64::INFINITY)
+        };
+        let mut node_floor = floor_costs.clone();
+        let mut node_ceiling: Vec<f64> = snapshot
+            .tenants
+            .iter()
+            .zip(&mixes)
+            .map(|(t, mix)| ceiling_of(t.spec.ceiling, &mix.unwrap_or_default()))
+            .collect();
+        let mut node_weight: Vec<f64> = snapshot
+            .tenants
+            .iter()
+            .map(|t| t.spec.weight.max(1e-9))
+            .collect();
+        if !tree.is_flat() {
+            // A group's rates are priced at its members' traffic together.
+            let mix_sum = |pick: fn(&Usage) -> f64| {
+                let per_leaf: Vec<f64> =
+                    mixes.iter().map(|m| m.as_ref().map_or(0.0, pick)).collect();
+                tree.sum_up(&per_leaf)
+            };
+            let parts = [
+                mix_sum(|u| u.read.ios),
+                mix_sum(|u| u.read.bytes),
+                mix_sum(|u| u.read.seq_ios),
+                mix_sum(|u| u.write.ios),
+                mix_sum(|u| u.write.bytes),
+                mix_sum(|u| u.write.seq_ios),
+            ];
+            for (k, g) in tree.groups().iter().enumerate() {
+                let node = tree.leaves() + k;
+                let mix = Usage {
+                    read: crate::model::DirUsage {
+                        ios: parts[0][node],
+                        bytes: parts[1][node],
+                        seq_ios: parts[2][node],
+                    },
+                    write: crate::model::DirUsage {
+                        ios: parts[3][node],
+                        bytes: parts[4][node],
+                        seq_ios: parts[5][node],
+                    },
+                    latency_us: None,
+                };
+                node_floor.push(
+                    g.floor
+                        .and_then(|f| cost.rate_to_cost(f, &mix))
+                        .unwrap_or(0.0),
+                );
+                node_ceiling.push(ceiling_of(g.ceiling, &mix));
+                node_weight.push(g.weight.max(1e-9));
+            }
+            let active: Vec<bool> = usage.iter().map(|&u| u > 0.0).collect();
+            node_floor = tree.effective_floors(&node_floor, &node_ceiling, &node_weight, &active);
+            floor_costs.copy_from_slice(&node_floor[..n]);
+        }
         let latency_floor: Vec<Option<f64>> = snapshot
             .tenants
             .iter()
@@ -414,6 +436,10 @@ impl FloorPolicy {
             usage,
             total,
             floor_costs,
+            tree,
+            node_floor,
+            node_ceiling,
+            node_weight,
             latency_floor,
         }
     }
@@ -555,10 +581,8 @@ impl FloorPolicy {
                     u
                 };
                 Priced {
-                    floor,
                     ceiling,
                     demand: demand.min(ceiling),
-                    weight: t.spec.weight.max(1e-9),
                     class: t.spec.class,
                     pressing,
                     fast_path,
@@ -570,40 +594,38 @@ impl FloorPolicy {
 
     /// Step 4: water-fill the target share: entitlements first, then the
     /// rest by weight up to demand and ceiling (containers before VMs with
-    /// `class_priority`).
-    fn share(&self, tenants: &[Priced], device: &DeviceVerdict) -> Shares {
+    /// `class_priority`); down the tree of groups where tenants are in one.
+    fn share(&self, priced: &Pricing, tenants: &[Priced], device: &DeviceVerdict) -> Shares {
         let n = tenants.len();
-        let budget = device.to_share;
-        let mut alloc: Vec<f64> = tenants.iter().map(|t| t.floor.min(t.demand)).collect();
-        let entitled: f64 = alloc.iter().sum();
-        if budget.is_infinite() {
-            alloc = tenants.iter().map(|t| t.demand).collect();
-        } else if entitled > budget {
-            // Floors exceed the device: shrink every entitlement alike.
-            let k = budget / entitled;
-            alloc.iter_mut().for_each(|a| *a *= k);
+        let tree = &priced.tree;
+        let demand: Vec<f64> = tenants.iter().map(|t| t.demand).collect();
+        let class: Vec<TenantClass> = tenants.iter().map(|t| t.class).collect();
+        let shares = tree.share(
+            &Claims {
+                floor: &priced.node_floor,
+                ceiling: &priced.node_ceiling,
+                weight: &priced.node_weight,
+                demand: &demand,
+                class: &class,
+            },
+            device.to_share,
+            self.params.class_priority,
+        );
+        let group_limit = if tree.is_flat() {
+            vec![None; n]
         } else {
-            let want: Vec<f64> = tenants.iter().map(|t| t.demand).collect();
-            let weight: Vec<f64> = tenants.iter().map(|t| t.weight).collect();
-            let mut left = budget - entitled;
-            let groups: Vec<Vec<usize>> = if self.params.class_priority {
-                [TenantClass::Container, TenantClass::Vm]
-                    .iter()
-                    .map(|c| (0..n).filter(|&i| tenants[i].class == *c).collect())
-                    .collect()
-            } else {
-                vec![(0..n).collect()]
-            };
-            for group in &groups {
-                left = water_fill(group, &mut alloc, &want, &weight, left);
-            }
+            tree.ceiling_limits(
+                &shares.alloc,
+                &priced.node_floor,
+                &priced.node_ceiling,
+                &priced.node_weight,
+            )
+        };
+        Shares {
+            alloc: shares.alloc[..n].to_vec(),
+            entitlement: shares.entitlement[..n].to_vec(),
+            group_limit,
         }
-        let entitlement: Vec<f64> = alloc
-            .iter()
-            .zip(tenants)
-            .map(|(&a, t)| a.min(t.floor.min(t.demand)))
-            .collect();
-        Shares { alloc, entitlement }
     }
 
     /// Step 5: caps only where demand exceeds the share; tighten at once,
@@ -621,6 +643,11 @@ impl FloorPolicy {
         let any_starved = tenants.iter().any(|t| t.starved);
         let entitled: f64 = shares.entitlement.iter().sum();
         let can_give = p.target_utilisation * capacity;
+        // The share of every floor that can be kept (1 while they fit).
+        let floors_fit = self
+            .feasibility
+            .filter(|f| f.floors > 0.0)
+            .map_or(1.0, |f| (can_give / f.floors).min(1.0));
         tenants
             .iter()
             .enumerate()
@@ -652,8 +679,15 @@ impl FloorPolicy {
                     let cap = if others <= 0.0 {
                         loosened
                     } else {
-                        let guard =
-                            (can_give - others).max(shares.entitlement[i] * ENFORCEMENT_MARGIN);
+                        // A group member's own part of the group's floor may
+                        // be lent to a sibling while it is idle; it comes
+                        // back at once, as a floor of its own would.
+                        let own_part = match priced.tree.parent(i) {
+                            Some(_) => priced.floor_costs[i] * floors_fit,
+                            None => 0.0,
+                        };
+                        let guard = (can_give - others)
+                            .max(shares.entitlement[i].max(own_part) * ENFORCEMENT_MARGIN);
                         match loosened {
                             Some(c) => Some(c.min(guard).max(MIN_CAP * capacity)),
                             None => limited(guard),
@@ -673,6 +707,17 @@ impl FloorPolicy {
                     cap: limited(grow(share).max(shares.entitlement[i] * ENFORCEMENT_MARGIN)),
                     holds: true,
                 }
+            })
+            .zip(&shares.group_limit)
+            .zip(tenants)
+            .map(|((decided, limit), t)| match limit {
+                // A group's ceiling is hard: its members' caps add up to it
+                // at most, wherever the steps above left them.
+                Some(limit) if decided.cap.is_none_or(|c| c > *limit) => Decided {
+                    cap: Some(*limit),
+                    holds: decided.holds || t.demand > *limit,
+                },
+                _ => decided,
             })
             .collect()
     }
@@ -727,6 +772,7 @@ mod tests {
 
     #[test]
     fn water_fill_shares_by_weight_up_to_want() {
+        use crate::hierarchy::water_fill;
         let mut alloc = vec![0.0, 0.0, 0.0];
         let left = water_fill(
             &[0, 1, 2],
