@@ -13,6 +13,7 @@ pub mod api;
 pub mod config;
 pub mod discovery;
 pub mod limits;
+pub mod memory;
 pub mod metrics;
 pub mod ownership;
 pub mod service;

@@ -166,6 +166,9 @@ pub struct Status {
     /// Cluster mode: this agent's place in the cluster; `None` on a single host.
     #[serde(default)]
     pub cluster: Option<ClusterView>,
+    /// The daemon's heap when the status was asked for (glibc only).
+    #[serde(default)]
+    pub heap: Option<crate::memory::Heap>,
 }
 
 /// A timing's distribution over the last ticks, in milliseconds.

@@ -311,6 +311,18 @@ fn owned(state_file: &Path) -> (Vec<String>, bool) {
     (cgroups, qmp)
 }
 
+/// The daemon's memory and descriptors at one moment of its life.
+struct MemorySample {
+    /// Seconds since this daemon started.
+    at: f64,
+    rss_kib: u64,
+    fds: usize,
+    /// Its allocator's own figures (the status's `heap`): growth of what is
+    /// in use is a leak; growth of what is held beside it, fragmentation.
+    heap_in_use_kib: u64,
+    heap_held_kib: u64,
+}
+
 fn proc_figures(pid: u32) -> Option<(u64, usize)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let rss = status
@@ -513,7 +525,7 @@ fn soak_with_crashes() {
     let crash_phase_end = started + duration / 2;
     let mut next_kill = started + Duration::from_secs(20 + dice.below(60));
     let mut incarnation_start = Instant::now();
-    let mut samples: Vec<(f64, u64, usize)> = Vec::new();
+    let mut samples: Vec<MemorySample> = Vec::new();
     let mut next_sample = Instant::now();
     let mut cpu = CpuMeter(None);
     let mut saturated_samples = 0;
@@ -581,7 +593,15 @@ fn soak_with_crashes() {
                 saturated_samples += 1;
             }
             if let Some((rss, fds)) = proc_figures(daemon.pid()) {
-                samples.push((incarnation_start.elapsed().as_secs_f64(), rss, fds));
+                let heap = &daemon.get("/api/v1/status").1["heap"];
+                let kib = |field: &str| heap[field].as_u64().unwrap_or(0) / 1024;
+                samples.push(MemorySample {
+                    at: incarnation_start.elapsed().as_secs_f64(),
+                    rss_kib: rss,
+                    fds,
+                    heap_in_use_kib: kib("in_use_bytes"),
+                    heap_held_kib: kib("held_bytes"),
+                });
             }
         }
 
@@ -659,22 +679,47 @@ fn soak_with_crashes() {
     // The last daemon's memory and descriptors after its first minutes.
     // The issue's rule: growth after the first 5 minutes; a shorter-lived
     // last daemon (CI's 5-minute soak) is judged after its first third.
-    let lived = samples.last().map(|s| s.0).unwrap_or(0.0);
+    let lived = samples.last().map(|s| s.at).unwrap_or(0.0);
     let warmup = if lived >= 600.0 { 300.0 } else { lived / 3.0 };
-    let late: Vec<&(f64, u64, usize)> = samples.iter().filter(|s| s.0 >= warmup).collect();
-    let rss: Vec<(f64, f64)> = late.iter().map(|s| (s.0 / 60.0, s.1 as f64)).collect();
-    let fds: Vec<(f64, f64)> = late.iter().map(|s| (s.0 / 60.0, s.2 as f64)).collect();
-    let rss_growth = match (late.first(), late.last()) {
-        (Some(a), Some(b)) => (b.1 as f64 - a.1 as f64) / a.1 as f64 * 100.0,
-        _ => 0.0,
+    let late: Vec<&MemorySample> = samples.iter().filter(|s| s.at >= warmup).collect();
+    // Each figure's growth over the late samples (%) and its slope per minute.
+    let trend = |figure: fn(&MemorySample) -> f64| {
+        let points: Vec<(f64, f64)> = late.iter().map(|s| (s.at / 60.0, figure(s))).collect();
+        let growth = match (late.first(), late.last()) {
+            (Some(a), Some(b)) if figure(a) > 0.0 => (figure(b) - figure(a)) / figure(a) * 100.0,
+            _ => 0.0,
+        };
+        (figure, growth, slope(&points))
+    };
+    let rss = trend(|s| s.rss_kib as f64);
+    let fds = trend(|s| s.fds as f64);
+    let in_use = trend(|s| s.heap_in_use_kib as f64);
+    let held = trend(|s| s.heap_held_kib as f64);
+    let rss_growth = rss.1;
+    let ends = |t: &(fn(&MemorySample) -> f64, f64, f64)| {
+        let at = |s: Option<&&MemorySample>| s.map(|s| t.0(s)).unwrap_or(0.0);
+        format!(
+            "{:.0} -> {:.0} ({:+.1} %, slope {:+.2}/min)",
+            at(late.first()),
+            at(late.last()),
+            t.1,
+            t.2
+        )
     };
     let mut floors = windows.lock().unwrap();
     floors.capacity.sort_by(f64::total_cmp);
     let capacity_median = floors.capacity.get(floors.capacity.len() / 2).copied();
     let (infeasible, ticks) = (floors.infeasible_ticks, floors.ticks);
     let windows = &floors.windows;
-    let rss_by_minute: Vec<u64> = samples.iter().step_by(12).map(|s| s.1).collect();
-    eprintln!("last daemon's RSS (KiB), a sample a minute from its start: {rss_by_minute:?}");
+    let by_minute = |figure: fn(&MemorySample) -> u64| -> Vec<u64> {
+        samples.iter().step_by(12).map(figure).collect()
+    };
+    eprintln!(
+        "last daemon, a sample a minute from its start (KiB): RSS {:?}; heap in use {:?}; heap held {:?}",
+        by_minute(|s| s.rss_kib),
+        by_minute(|s| s.heap_in_use_kib),
+        by_minute(|s| s.heap_held_kib)
+    );
     let (met, missed) = windows
         .values()
         .fold((0, 0), |(a, b), (m, x)| (a + m, b + x));
@@ -690,21 +735,18 @@ fn soak_with_crashes() {
          first tick after restart (intervals): {restart_ticks:.2?}\n\
          after SIGTERM: limits not restored {} {not_restored:?}, guest throttle left {vm_left}, state file left {state_left}; \
          leaked: daemon process {daemon_alive}, cgroups {cgroup_left}, loop devices {loops_leaked:?}\n\
-         last daemon ({:.0} s, {} samples after {warmup:.0} s): RSS {} -> {} KiB ({rss_growth:+.1} %, slope {:+.1} KiB/min), \
-         fds {} -> {} (slope {:+.2}/min)\n\
+         last daemon ({:.0} s, {} samples after {warmup:.0} s): RSS KiB {}, heap in use KiB {}, heap held KiB {}, fds {}\n\
          interval overruns {overruns}, with the CPU saturated (>95 % busy) in {saturated_samples} of the 5 s samples\n\
          floors (windows judged by each fio's rate, in the {} of {ticks} intervals whose floors fit the learned capacity, \
          median {capacity_median:.3?} of the model): met {met}, missed {missed} ({:.2} %), worst tenant {worst:?}",
         started.elapsed().as_secs_f64(),
         not_restored.len(),
-        samples.last().map(|s| s.0).unwrap_or(0.0),
+        lived,
         late.len(),
-        late.first().map(|s| s.1).unwrap_or(0),
-        late.last().map(|s| s.1).unwrap_or(0),
-        slope(&rss),
-        late.first().map(|s| s.2).unwrap_or(0),
-        late.last().map(|s| s.2).unwrap_or(0),
-        slope(&fds),
+        ends(&rss),
+        ends(&in_use),
+        ends(&held),
+        ends(&fds),
         ticks - infeasible,
         missed as f64 / (met + missed).max(1) as f64 * 100.0,
     );

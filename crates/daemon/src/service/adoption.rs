@@ -20,6 +20,7 @@ pub(super) fn spec_of(t: &TenantConfig, name: &str, patch: Option<&Patch>) -> Te
         ceiling: t.ceiling,
         weight: t.weight,
         latency_sensitive: t.latency_sensitive,
+        group: None,
     };
     if let Some(p) = patch {
         super::patch::apply_patch(&mut spec, p);

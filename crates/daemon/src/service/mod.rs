@@ -202,6 +202,7 @@ impl Service {
                 devices: Vec::new(),
                 last_reload: None,
                 cluster: None,
+                heap: None,
             },
             tenants: BTreeMap::new(),
             history: BTreeMap::new(),
