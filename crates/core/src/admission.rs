@@ -16,6 +16,10 @@ pub struct AdmissionTenant {
     pub floor_cost: Option<f64>,
     /// Whether this floor fits together with every floor declared before it.
     pub guaranteed: bool,
+    /// A group's row: its floor beyond what its members' own floors add up
+    /// to (a group's floor is at least theirs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub group: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,7 +85,7 @@ pub fn check(
 ) -> AdmissionVerdict {
     let mut sum = 0.0;
     let mut admitted = true;
-    let rows = tenants
+    let mut rows: Vec<AdmissionTenant> = tenants
         .iter()
         .map(|(spec, mix)| {
             let floor_cost = match spec.floor {
@@ -100,9 +104,40 @@ pub fn check(
                 name: spec.name.clone(),
                 floor_cost,
                 guaranteed,
+                group: false,
             }
         })
         .collect();
+    // Groups after their members: what each promises beyond them, priced at
+    // its members' mixes together.
+    let tree = crate::hierarchy::Tree::of_specs(tenants.iter().map(|(s, _)| *s));
+    if !tree.is_flat() {
+        let mixes: Vec<Option<Usage>> = tenants.iter().map(|(_, m)| *m).collect();
+        let groups = crate::policy::price_groups(&tree, &mixes, cost);
+        let mut floor: Vec<f64> = rows.iter().map(|r| r.floor_cost.unwrap_or(0.0)).collect();
+        floor.extend(&groups.floor);
+        for &node in tree.top_down().iter().rev() {
+            if node < tree.leaves() {
+                continue;
+            }
+            let members: f64 = tree.children(node).iter().map(|&c| floor[c]).sum();
+            let beyond = (floor[node] - members).max(0.0);
+            floor[node] = floor[node].max(members);
+            let spec = &tree.groups()[node - tree.leaves()];
+            if spec.floor.is_none() {
+                continue;
+            }
+            sum += beyond;
+            let guaranteed = sum <= usable_capacity * (1.0 + 1e-9);
+            admitted &= guaranteed;
+            rows.push(AdmissionTenant {
+                name: spec.name.clone(),
+                floor_cost: Some(beyond),
+                guaranteed,
+                group: true,
+            });
+        }
+    }
     AdmissionVerdict {
         usable_capacity,
         total_floor_cost: sum,
@@ -132,6 +167,39 @@ mod tests {
         assert!(v.summary().contains("cannot guarantee: d"));
         let ok = check(&c, 0.97, &[(&a, mix), (&b, mix)]);
         assert!(ok.admitted, "{}", ok.summary());
+    }
+
+    #[test]
+    fn a_groups_floor_beyond_its_members_counts() {
+        let c = ctx().cost;
+        let mut customer = crate::model::GroupSpec::new("customer");
+        customer.floor = Some(Rate::Iops(800.0));
+        let customer = std::sync::Arc::new(customer);
+        let member = |name: &str, floor: Option<f64>| {
+            let mut s = TenantSpec::new(name, TenantClass::Container);
+            s.floor = floor.map(Rate::Iops);
+            s.group = Some(customer.clone());
+            s
+        };
+        let (a, b) = (member("a", Some(300.0)), member("b", None));
+        let other = TenantSpec::new("other", TenantClass::Container).with_floor(Rate::Iops(100.0));
+        let mix = Some(writes64k(1.0));
+        // 300 + 100 as tenants, then the customer's 500 beyond its members:
+        // 900 of the device's 1,000 64 KiB writes, within 970.
+        let v = check(&c, 0.97, &[(&a, mix), (&b, mix), (&other, mix)]);
+        assert!(v.admitted, "{}", v.summary());
+        assert!((v.total_floor_cost - 0.9).abs() < 1e-9, "{v:?}");
+        let row = v.tenants.last().unwrap();
+        assert!(
+            row.group && row.name == "customer" && (row.floor_cost.unwrap() - 0.5).abs() < 1e-9
+        );
+        let big = TenantSpec::new("big", TenantClass::Container).with_floor(Rate::Iops(100.0));
+        let v = check(
+            &c,
+            0.97,
+            &[(&a, mix), (&b, mix), (&other, mix), (&big, mix)],
+        );
+        assert_eq!(v.refused(), vec!["customer"]);
     }
 
     #[test]

@@ -12,7 +12,9 @@
 //! policies price rates before they get here.
 
 use crate::error::ValidationError;
-use crate::model::{check_promise, GroupSpec, TenantClass, TenantSample, DEFAULT_WEIGHT};
+use crate::model::{
+    check_promise, GroupSpec, TenantClass, TenantSample, TenantSpec, DEFAULT_WEIGHT,
+};
 use crate::units::Rate;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,12 +37,17 @@ impl Tree {
     /// first definition seen of a name wins (a cluster's hosts may send the
     /// same group), so the tree is always a tree, whatever the specs say.
     pub fn build(tenants: &[TenantSample]) -> Tree {
-        let leaves = tenants.len();
+        Tree::of_specs(tenants.iter().map(|t| &*t.spec))
+    }
+
+    /// [`Tree::build`] from the tenants' specs alone.
+    pub fn of_specs<'a>(specs: impl ExactSizeIterator<Item = &'a TenantSpec>) -> Tree {
+        let leaves = specs.len();
         let mut parent: Vec<Option<usize>> = vec![None; leaves];
         let mut groups: Vec<Arc<GroupSpec>> = Vec::new();
         let mut index: HashMap<&str, usize> = HashMap::new();
-        for (i, t) in tenants.iter().enumerate() {
-            let Some(group) = &t.spec.group else { continue };
+        for (i, spec) in specs.enumerate() {
+            let Some(group) = &spec.group else { continue };
             let mut child = i;
             for g in group.lineage() {
                 if let Some(&node) = index.get(g.name.as_str()) {
@@ -128,30 +135,31 @@ impl Tree {
     }
 
     /// Each node's share of the floors above it (module doc). `own` holds
-    /// each node's own floor (0 without one), `ceiling` its own ceiling
-    /// (infinite without one), `active` whether each leaf does I/O. A
+    /// each node's own floor (0 without one) and `ceiling` its own ceiling
+    /// (infinite without one), per node; `want` what each leaf shows it
+    /// wants (0 when idle, infinite while it presses against a cap). A
     /// group's floor is at least what its members' own floors add up to;
-    /// what it promises beyond them is split by weight among its members
-    /// doing I/O, none beyond its ceiling, so an idle member's part goes to
-    /// its active siblings.
+    /// what it promises beyond them goes by weight to the members that want
+    /// more than their own floor, up to what they want and can use (their
+    /// ceilings), so an idle member's part goes to its active siblings and
+    /// a member that keeps to its own floor is not reserved more.
     pub fn effective_floors(
         &self,
         own: &[f64],
         ceiling: &[f64],
         weight: &[f64],
-        active: &[bool],
+        want: &[f64],
     ) -> Vec<f64> {
         let n = self.nodes();
         let mut floor = own.to_vec();
-        let mut busy: Vec<bool> = active.to_vec();
-        busy.resize(n, false);
+        let mut wants: Vec<f64> = want.to_vec();
+        wants.resize(n, 0.0);
         for &node in self.top_down.iter().rev() {
             if node >= self.leaves {
                 let sum: f64 = self.children[node].iter().map(|&c| floor[c]).sum();
                 floor[node] = floor[node].max(sum);
-            }
-            if let Some(p) = self.parent[node] {
-                busy[p] |= busy[node];
+                let wanted: f64 = self.children[node].iter().map(|&c| wants[c]).sum();
+                wants[node] = wanted;
             }
         }
         // What each subtree could use at most: its ceilings.
@@ -163,15 +171,16 @@ impl Tree {
             }
         }
         let mut effective = floor.clone();
+        let mut limit_scratch = vec![0.0; n];
         for &node in &self.top_down {
             let kids = &self.children[node];
             if kids.is_empty() {
                 continue;
             }
             // Each member's own floor, as far as it can use it; the group's
-            // floor beyond them goes by weight to members doing I/O, up to
-            // what each can use, so a part one member cannot take goes to
-            // its siblings.
+            // floor beyond them goes by weight to the members that want
+            // more, up to what each wants and can use, so a part one member
+            // cannot take goes to its siblings.
             for &c in kids {
                 effective[c] = floor[c].min(reach[c]);
             }
@@ -188,12 +197,10 @@ impl Tree {
                 kids.iter().for_each(|&c| effective[c] *= k);
                 continue;
             }
-            let takers: Vec<usize> = if kids.iter().any(|&c| busy[c]) {
-                kids.iter().copied().filter(|&c| busy[c]).collect()
-            } else {
-                kids.clone()
-            };
-            water_fill(&takers, &mut effective, &reach, weight, surplus);
+            for &c in kids {
+                limit_scratch[c] = wants[c].min(reach[c]);
+            }
+            water_fill(kids, &mut effective, &limit_scratch, weight, surplus);
         }
         // A part no member could take (all at their ceilings) is no floor:
         // a group's share is what its members got of it.
@@ -234,6 +241,10 @@ impl Tree {
         let mut alloc = vec![0.0; n];
         let mut entitlement = vec![0.0; n];
         let split = |members: &[usize], budget: f64, out: &mut Vec<f64>| {
+            if budget.is_infinite() {
+                members.iter().for_each(|&c| out[c] = demand[c]);
+                return;
+            }
             let sum: f64 = members.iter().map(|&c| entitled[c]).sum();
             if sum > budget {
                 let k = if sum > 0.0 { budget / sum } else { 0.0 };
@@ -254,25 +265,16 @@ impl Tree {
                 left = water_fill(pass, out, &demand, claims.weight, left);
             }
         };
-        if budget.is_infinite() {
-            alloc.copy_from_slice(&demand);
-            for &r in &self.roots {
-                entitlement[r] = entitled[r];
-            }
-        } else {
-            split(&self.roots, budget, &mut alloc);
-            for &r in &self.roots {
-                entitlement[r] = alloc[r].min(entitled[r]);
-            }
+        split(&self.roots, budget, &mut alloc);
+        for &r in &self.roots {
+            entitlement[r] = alloc[r].min(entitled[r]);
         }
         for &node in &self.top_down {
             let kids = &self.children[node];
             if kids.is_empty() {
                 continue;
             }
-            if !budget.is_infinite() {
-                split(kids, alloc[node], &mut alloc);
-            }
+            split(kids, alloc[node], &mut alloc);
             split(kids, entitlement[node], &mut entitlement);
             for &c in kids {
                 entitlement[c] = entitlement[c].min(alloc[c]);
@@ -285,79 +287,83 @@ impl Tree {
         }
     }
 
-    /// The most each leaf may be allowed so that no group exceeds its
-    /// ceiling. Within a ceilinged group each member is first held a place
-    /// for its floor (its effective floor, `floor`, even while it uses less:
-    /// a floor must be there when the member comes back), then gets up to
-    /// what it was allocated, then the ceiling's rest by weight; so the
-    /// members' limits add up to the ceiling. `None` for a leaf without a
-    /// ceilinged group above it.
-    pub fn ceiling_limits(
+    /// Holds every group to its ceiling by lowering its members' caps
+    /// (`caps`, per leaf, infinite for none) where together they would
+    /// allow more. Per leaf, `alloc` is what it was allocated and `reserve`
+    /// the floor held ready for it. Inside a ceilinged group the ceiling is
+    /// handed out in tiers, each by weight: first the floors (reserves,
+    /// what is in use of them first), which fit the ceiling as the config
+    /// checks; then the allocations beyond them; then the rest, never above
+    /// the caps members had. So no group's members are allowed more than
+    /// its ceiling, and no member less than its floor.
+    pub fn hold_ceilings(
         &self,
+        caps: &mut [f64],
         alloc: &[f64],
-        floor: &[f64],
+        reserve: &[f64],
         ceiling: &[f64],
         weight: &[f64],
-    ) -> Vec<Option<f64>> {
+    ) {
         let n = self.nodes();
-        let mut limit: Vec<f64> = vec![f64::INFINITY; n];
-        let mut bounded = vec![false; n];
-        let mut wanted: Vec<f64> = vec![0.0; n];
-        for &r in &self.roots {
-            if r >= self.leaves {
-                limit[r] = ceiling[r];
-                bounded[r] = ceiling[r].is_finite();
+        let leaves = self.leaves;
+        // Per node, the tiers' marks: the used part of the floor, the
+        // floor, the allocation or the floor, and the caps.
+        let leaf_tiers: [Vec<f64>; 4] = [
+            (0..leaves).map(|i| alloc[i].min(reserve[i])).collect(),
+            reserve[..leaves].to_vec(),
+            (0..leaves).map(|i| alloc[i].max(reserve[i])).collect(),
+            caps.to_vec(),
+        ];
+        let tiers: Vec<Vec<f64>> = leaf_tiers
+            .into_iter()
+            .map(|mut v| {
+                v.resize(n, 0.0);
+                for &node in self.top_down.iter().rev() {
+                    if node >= leaves {
+                        let sum: f64 = self.children[node].iter().map(|&c| v[c]).sum();
+                        v[node] = sum.min(ceiling[node]);
+                    }
+                }
+                // No tier above what the caps allow.
+                v.iter()
+                    .zip(caps.iter().chain(std::iter::repeat(&f64::INFINITY)))
+                    .map(|(t, c)| t.min(*c))
+                    .collect()
+            })
+            .collect();
+        let wanted = &tiers[3];
+        let mut wanted_nodes = wanted.clone();
+        for &node in self.top_down.iter().rev() {
+            if node >= leaves {
+                let sum: f64 = self.children[node].iter().map(|&c| wanted_nodes[c]).sum();
+                wanted_nodes[node] = sum.min(ceiling[node]);
             }
+        }
+        // Top-down, the most each node may be allowed.
+        let mut limit: Vec<f64> = vec![f64::INFINITY; n];
+        for &r in &self.roots {
+            limit[r] = wanted_nodes[r];
         }
         for &node in &self.top_down {
             let kids = &self.children[node];
             if kids.is_empty() {
                 continue;
             }
-            if limit[node].is_finite() {
-                let mut held: f64 = 0.0;
-                for &c in kids {
-                    let own = if c >= self.leaves {
-                        ceiling[c]
-                    } else {
-                        f64::INFINITY
-                    };
-                    wanted[c] = alloc[c].max(floor[c]).min(own);
-                    limit[c] = floor[c].min(wanted[c]);
-                    held += limit[c];
-                }
-                if held > limit[node] {
-                    // Floors above the ceiling (a parent that ran short):
-                    // each keeps the same part of its place.
-                    let k = limit[node] / held;
-                    kids.iter().for_each(|&c| limit[c] *= k);
-                } else {
-                    let rest = limit[node] - held;
-                    let left = water_fill(kids, &mut limit, &wanted, weight, rest);
-                    let total_weight: f64 = kids.iter().map(|&c| weight[c]).sum();
-                    if left > 0.0 && total_weight > 0.0 {
-                        kids.iter()
-                            .for_each(|&c| limit[c] += left * weight[c] / total_weight);
-                    }
-                }
-                for &c in kids {
-                    if c >= self.leaves {
-                        limit[c] = limit[c].min(ceiling[c]);
-                    }
-                    bounded[c] = true;
-                }
-            } else {
-                for &c in kids {
-                    if c >= self.leaves {
-                        limit[c] = ceiling[c];
-                        bounded[c] = ceiling[c].is_finite();
-                    }
-                }
+            let total: f64 = kids.iter().map(|&c| wanted_nodes[c]).sum();
+            if total <= limit[node] {
+                kids.iter().for_each(|&c| limit[c] = wanted_nodes[c]);
+                continue;
             }
+            kids.iter().for_each(|&c| limit[c] = 0.0);
+            let mut budget = limit[node];
+            for tier in tiers.iter().take(3) {
+                budget = water_fill(kids, &mut limit, tier, weight, budget);
+            }
+            water_fill(kids, &mut limit, &wanted_nodes, weight, budget);
         }
-        (0..self.leaves)
-            .map(|i| bounded[i].then_some(limit[i]))
-            .collect()
+        for (i, cap) in caps.iter_mut().enumerate() {
+            *cap = cap.min(limit[i]);
+        }
     }
 }
 

@@ -210,8 +210,8 @@ fn inputs(f: &Forest) -> Inputs {
         });
         weight.push(g.weight);
     }
-    let active: Vec<bool> = f.tenants.iter().map(|t| t.demand > 0.0).collect();
-    let floor = tree.effective_floors(&own, &ceiling, &weight, &active);
+    let want: Vec<f64> = f.tenants.iter().map(|t| t.demand).collect();
+    let floor = tree.effective_floors(&own, &ceiling, &weight, &want);
     Inputs {
         tree,
         floor,
@@ -274,21 +274,18 @@ proptest! {
                     "group {node}: members' entitlements {ent} vs the group's {}", s.entitlement[node]);
             }
         }
-        let limits = t.ceiling_limits(&s.alloc, &x.floor, &x.ceiling, &x.weight);
-        for (k, _) in t.groups().iter().enumerate() {
-            let node = t.leaves() + k;
-            if x.ceiling[node].is_finite() {
-                let mut sum = 0.0;
-                let mut stack = vec![node];
-                while let Some(n) = stack.pop() {
-                    if n < t.leaves() {
-                        sum += limits[n].expect("a leaf under a ceiling has a limit");
-                        prop_assert!(limits[n].unwrap() >= s.alloc[n].min(x.floor[n]) * (1.0 - 1e-9) - EPS, "limit below the floor's place");
-                    }
-                    stack.extend_from_slice(t.children(n));
-                }
-                prop_assert!(sum <= x.ceiling[node] * (1.0 + 1e-9) + EPS, "group {node}: limits {sum} above its ceiling {}", x.ceiling[node]);
-            }
+        // Every leaf wanting all it can get: the ceilings cut their caps.
+        let mut caps = vec![f64::INFINITY; t.leaves()];
+        t.hold_ceilings(&mut caps, &s.alloc, &x.floor, &x.ceiling, &x.weight);
+        let per_node = t.sum_up(&caps);
+        for (node, (allowed, ceiling)) in per_node.iter().zip(&x.ceiling).enumerate() {
+            prop_assert!(*allowed <= ceiling * (1.0 + 1e-9) + EPS,
+                "node {node}: caps {allowed} above its ceiling {ceiling}");
+        }
+        // Floors first: no leaf is cut below its floor, whatever its
+        // siblings were allocated.
+        for (i, (cap, floor)) in caps.iter().zip(&x.floor).enumerate() {
+            prop_assert!(*cap >= floor * (1.0 - 1e-9) - EPS, "leaf {i}: cap {cap} below its floor {floor}");
         }
     }
 
@@ -399,9 +396,8 @@ fn a_noisy_member_takes_its_siblings_share_first() {
     let mut own = vec![0.0; 6];
     own.extend([0.4, 0.4]);
     let weight = vec![100.0; 8];
-    let active = vec![true; 6];
     let ceiling = vec![f64::INFINITY; 8];
-    let floor = tree.effective_floors(&own, &ceiling, &weight, &active);
+    let floor = tree.effective_floors(&own, &ceiling, &weight, &demand);
     let class = vec![TenantClass::Container; 6];
     let s = tree.share(
         &Claims {

@@ -8,10 +8,13 @@
 use iofloor_core::policy::{FloorParams, TopThrottleParams};
 use iofloor_core::units::quantity::{DurationQ, RateQ};
 use iofloor_core::units::Rate;
-use iofloor_core::{CostModel, CostParams, PolicyKind, PolicyParams, TenantClass, ValidationError};
+use iofloor_core::{
+    CostModel, CostParams, GroupSpec, PolicyKind, PolicyParams, TenantClass, ValidationError,
+};
 use iofloor_host::DevId;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use toml::Spanned;
 
@@ -37,6 +40,19 @@ struct File {
     devices: Vec<Spanned<DeviceEntry>>,
     #[serde(default, rename = "tenant")]
     tenants: Vec<Spanned<TenantEntry>>,
+    #[serde(default, rename = "group")]
+    groups: Vec<Spanned<GroupEntry>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupEntry {
+    name: String,
+    floor: Option<RateQ>,
+    ceiling: Option<RateQ>,
+    weight: Option<f64>,
+    /// The group this one is in.
+    group: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -118,6 +134,8 @@ struct TenantEntry {
     weight: Option<f64>,
     #[serde(default)]
     latency_sensitive: bool,
+    /// The `[[group]]` its tenants are in.
+    group: Option<String>,
 }
 
 /// A token or password file: a regular file of at most 64 KiB. A config
@@ -216,6 +234,8 @@ pub struct TenantConfig {
     pub ceiling: Option<Rate>,
     pub weight: f64,
     pub latency_sensitive: bool,
+    /// The group its tenants are in (every match of a glob).
+    pub group: Option<Arc<GroupSpec>>,
 }
 
 impl TenantSource {
@@ -244,6 +264,8 @@ pub struct Config {
     pub api: ApiConfig,
     pub devices: Vec<DeviceConfig>,
     pub tenants: Vec<TenantConfig>,
+    /// The `[[group]]`s in file order (tenants hold theirs).
+    pub groups: Vec<Arc<GroupSpec>>,
     pub cluster: Option<ClusterConfig>,
 }
 
@@ -697,6 +719,7 @@ impl Checker<'_> {
             ceiling,
             weight,
             latency_sensitive: t.latency_sensitive,
+            group: None,
         })
     }
 
@@ -723,6 +746,60 @@ impl Checker<'_> {
             tenants.push(self.tenant(t, devices).map_err(located)?);
         }
         Ok(tenants)
+    }
+
+    /// The `[[group]]`s, checked as scenarios check them
+    /// (iofloor_core::hierarchy), and each tenant entry given the group it
+    /// names. `named` holds each tenant entry's `group` and span.
+    fn groups(
+        &self,
+        entries: Vec<Spanned<GroupEntry>>,
+        named: &[(Option<String>, std::ops::Range<usize>)],
+        tenants: &mut [TenantConfig],
+    ) -> Result<Vec<Arc<GroupSpec>>, ConfigError> {
+        use iofloor_core::hierarchy::{build_groups, check_member_floors, GroupDef};
+        let spans: Vec<std::ops::Range<usize>> = entries.iter().map(|e| e.span()).collect();
+        let defs: Vec<GroupDef> = entries
+            .into_iter()
+            .map(|e| {
+                let g = e.into_inner();
+                GroupDef {
+                    name: g.name,
+                    floor: g.floor.map(|f| f.0),
+                    ceiling: g.ceiling.map(|c| c.0),
+                    weight: g.weight,
+                    parent: g.group,
+                }
+            })
+            .collect();
+        let at = |(i, e): (usize, ValidationError)| {
+            self.error(spans.get(i), e.under(&format!("group[{i}]")))
+        };
+        let groups = build_groups(&defs).map_err(at)?;
+        if let Some(i) = defs
+            .iter()
+            .position(|g| tenants.iter().any(|t| t.name == g.name))
+        {
+            return Err(at((
+                i,
+                ValidationError::new("name", format!("`{}` names a tenant too", defs[i].name)),
+            )));
+        }
+        let mut members = Vec::new();
+        for (ti, (name, span)) in named.iter().enumerate() {
+            let Some(name) = name else { continue };
+            let Some(g) = groups.iter().position(|g| g.name == *name) else {
+                return Err(self.error(
+                    Some(span),
+                    ValidationError::new("group", format!("`{name}` is not a `[[group]]`"))
+                        .under(&format!("tenant[{ti}]")),
+                ));
+            };
+            tenants[ti].group = Some(groups[g].clone());
+            members.push((g, tenants[ti].floor));
+        }
+        check_member_floors(&groups, members).map_err(at)?;
+        Ok(groups)
     }
 }
 
@@ -770,7 +847,13 @@ impl Config {
         let (policy, params) = check.policy(file.policy)?;
         let api = check.api(file.api)?;
         let devices = check.devices(file.devices)?;
-        let tenants = check.tenants(file.tenants, &devices)?;
+        let named: Vec<(Option<String>, std::ops::Range<usize>)> = file
+            .tenants
+            .iter()
+            .map(|t| (t.get_ref().group.clone(), t.span()))
+            .collect();
+        let mut tenants = check.tenants(file.tenants, &devices)?;
+        let groups = check.groups(file.groups, &named, &mut tenants)?;
         let cluster = check.cluster(file.cluster, &devices, interval)?;
         Ok(Config {
             file: path.to_path_buf(),
@@ -785,6 +868,7 @@ impl Config {
             api,
             devices,
             tenants,
+            groups,
             cluster,
         })
     }
@@ -885,6 +969,66 @@ weight = 200
 
     fn error_of(text: &str) -> ConfigError {
         parse(text).unwrap_err()
+    }
+
+    #[test]
+    fn groups_link_tenants_and_refuse_bad_trees_at_their_line() {
+        let device = "[[device]]\nname = \"data\"\nid = \"7:0\"\nmodel = { rbps = 1e9, rseqiops = 1e3, rrandiops = 1e3, wbps = 1e9, wseqiops = 1e3, wrandiops = 1e3 }\n";
+        let tenants = "[[tenant]]\nname = \"db\"\ncgroup = \"a/db\"\nfloor = \"300 IOPS\"\ngroup = \"team\"\n\n[[tenant]]\nname = \"web\"\ncgroup = \"a/web*\"\ngroup = \"team\"\n";
+        let with = |groups: &str| format!("{device}\n{tenants}\n{groups}");
+        let good = with(
+            "[[group]]\nname = \"customer\"\nfloor = \"1000 IOPS\"\n\n[[group]]\nname = \"team\"\nfloor = \"600 IOPS\"\nceiling = \"900 IOPS\"\nweight = 300\ngroup = \"customer\"\n",
+        );
+        let c = parse(&good).unwrap();
+        assert_eq!(c.groups.len(), 2);
+        let team = c.tenants[0].group.as_ref().unwrap();
+        assert_eq!(team.name, "team");
+        assert_eq!(team.parent.as_ref().unwrap().name, "customer");
+        assert_eq!(team.ceiling, Some(Rate::Iops(900.0)));
+        assert!(Arc::ptr_eq(team, c.tenants[1].group.as_ref().unwrap()));
+
+        // A cycle, at the line of the group that starts it.
+        let e = error_of(&with(
+            "[[group]]\nname = \"team\"\ngroup = \"customer\"\n\n[[group]]\nname = \"customer\"\ngroup = \"team\"\n",
+        ));
+        assert!(
+            e.message
+                .contains("`group[0].group` makes a cycle: team in customer in team"),
+            "{e}"
+        );
+        assert_eq!(e.line, Some(17), "{e}");
+        // A tenant naming no group, at the tenant's line.
+        let e = error_of(&with("[[group]]\nname = \"other\"\n"));
+        assert_eq!(e.message, "`tenant[0].group` `team` is not a `[[group]]`");
+        assert_eq!(e.line, Some(6), "{e}");
+        // Members' floors above the group's.
+        let e = error_of(&with("[[group]]\nname = \"team\"\nfloor = \"200 IOPS\"\n"));
+        assert!(
+            e.message.contains(
+                "`group[0].floor` 200 IOPS is below what its members' floors add up to (300 IOPS)"
+            ),
+            "{e}"
+        );
+        assert_eq!(e.line, Some(17), "{e}");
+        // A name used for a group and a tenant.
+        let e = error_of(&with(
+            "[[group]]\nname = \"team\"\n\n[[group]]\nname = \"db\"\n",
+        ));
+        assert!(
+            e.message
+                .contains("`group[1].name` `db` names a tenant too"),
+            "{e}"
+        );
+        // Two groups of one name.
+        let e = error_of(&with(
+            "[[group]]\nname = \"team\"\n\n[[group]]\nname = \"team\"\n",
+        ));
+        assert!(
+            e.message
+                .contains("`group[1].name` `team` names two groups"),
+            "{e}"
+        );
+        assert_eq!(e.line, Some(20), "{e}");
     }
 
     #[test]

@@ -72,6 +72,9 @@ pub struct TenantView {
     pub floor_met: Option<bool>,
     pub throttled_seconds: f64,
     pub overridden: bool,
+    /// The groups the tenant is in, innermost first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -109,6 +112,9 @@ pub struct AdmissionRow {
     pub name: String,
     pub floor_cost: Option<f64>,
     pub guaranteed: bool,
+    /// A group's row: its floor beyond its members' own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub group: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -136,6 +142,7 @@ impl AdmissionView {
                     name: t.name.clone(),
                     floor_cost: t.floor_cost,
                     guaranteed: t.guaranteed,
+                    group: t.group,
                 })
                 .collect(),
         }

@@ -34,6 +34,63 @@ pub struct TenantMeasures {
     pub noisy: bool,
 }
 
+/// A group's figures: its members' added up in each window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupMeasures {
+    pub name: String,
+    pub unit: String,
+    pub floor: Option<f64>,
+    pub floor_miss_rate: f64,
+    pub min: f64,
+    pub max: f64,
+    pub avg: f64,
+}
+
+/// Each group's window: what its members got and asked for together
+/// (demand unknown if any member's is), in every group order of `run`.
+fn group_windows(run: &RunRecord, w: &crate::record::Window) -> Vec<TenantWindow> {
+    use crate::record::Throughput;
+    let add = |a: Throughput, b: Throughput| Throughput {
+        iops: a.iops + b.iops,
+        bytes_per_s: a.bytes_per_s + b.bytes_per_s,
+        cost: a.cost + b.cost,
+    };
+    let mut out: Vec<TenantWindow> = run
+        .groups
+        .iter()
+        .map(|_| TenantWindow {
+            demand: Some(Throughput::default()),
+            ..Default::default()
+        })
+        .collect();
+    for (i, t) in run.tenants.iter().enumerate() {
+        // Every group on the way up; a chain longer than the groups is a
+        // corrupt record, not a reason to loop.
+        let mut at = t.group;
+        for _ in 0..run.groups.len() {
+            let Some(g) = at.filter(|&g| g < out.len()) else {
+                break;
+            };
+            let tw = &w.tenants[i];
+            out[g].got = add(out[g].got, tw.got);
+            out[g].demand = match (out[g].demand, tw.demand) {
+                (Some(a), Some(b)) => Some(add(a, b)),
+                _ => None,
+            };
+            at = run.groups[g].parent;
+        }
+    }
+    out
+}
+
+fn group_window_missed(g: &crate::record::GroupInfo, w: &TenantWindow) -> Option<bool> {
+    let entitled = entitlement(
+        g.floor.map(|f| f.value()),
+        w.demand.map(|d| d.in_unit(g.unit)),
+    )?;
+    (entitled > 0.0).then(|| !iofloor_core::judge::floor_met(w.got.in_unit(g.unit), entitled))
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PolicyMeasures {
     pub floor_miss_rate: f64,
@@ -55,6 +112,9 @@ pub struct PolicyMeasures {
     pub decision_time_us_max: f64,
     pub windows_counted: usize,
     pub tenants: Vec<TenantMeasures>,
+    /// Groups of tenants, where the scenario has them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupMeasures>,
 }
 
 fn after_warmup(run: &RunRecord) -> impl Iterator<Item = &crate::record::Window> {
@@ -104,6 +164,43 @@ pub fn measure(run: &RunRecord) -> PolicyMeasures {
             noisy: t.noisy,
         });
     }
+    // Groups' floors are promises like tenants': their windows count too.
+    let per_window: Vec<Vec<TenantWindow>> =
+        counted.iter().map(|w| group_windows(run, w)).collect();
+    let groups: Vec<GroupMeasures> = run
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(g, info)| {
+            let series: Vec<f64> = per_window
+                .iter()
+                .map(|ws| ws[g].got.in_unit(info.unit))
+                .collect();
+            let judged: Vec<bool> = per_window
+                .iter()
+                .filter_map(|ws| group_window_missed(info, &ws[g]))
+                .collect();
+            misses.push(judged.iter().filter(|m| **m).count());
+            eligible.push(judged.len());
+            GroupMeasures {
+                name: info.name.clone(),
+                unit: info.unit.label().to_string(),
+                floor: info.floor.map(|f| f.value()),
+                floor_miss_rate: if judged.is_empty() {
+                    0.0
+                } else {
+                    judged.iter().filter(|m| **m).count() as f64 / judged.len() as f64
+                },
+                min: series.iter().copied().reduce(f64::min).unwrap_or(0.0),
+                max: series.iter().copied().reduce(f64::max).unwrap_or(0.0),
+                avg: if series.is_empty() {
+                    0.0
+                } else {
+                    series.iter().sum::<f64>() / series.len() as f64
+                },
+            }
+        })
+        .collect();
     let total_eligible: usize = eligible.iter().sum();
     let floor_miss_rate = if total_eligible > 0 {
         misses.iter().sum::<usize>() as f64 / total_eligible as f64
@@ -150,6 +247,7 @@ pub fn measure(run: &RunRecord) -> PolicyMeasures {
         decision_time_us_max: run.decision_time_us_max,
         windows_counted: counted.len(),
         tenants,
+        groups,
     }
 }
 
@@ -163,6 +261,10 @@ fn reaction(run: &RunRecord) -> (Vec<f64>, usize) {
             .iter()
             .enumerate()
             .all(|(i, tw)| window_missed(run, i, tw) != Some(true))
+            && group_windows(run, w)
+                .iter()
+                .zip(&run.groups)
+                .all(|(gw, g)| group_window_missed(g, gw) != Some(true))
     };
     let mut times = Vec::new();
     let mut unrecovered = 0;
@@ -293,10 +395,12 @@ mod tests {
             warmup_s: 1.0,
             duration_s: series.len() as f64,
             control_interval_s: 1.0,
+            groups: Vec::new(),
             tenants: vec![TenantInfo {
                 name: "a".into(),
                 class: TenantClass::Container,
                 noisy: false,
+                group: None,
                 floor: Some(Rate::Iops(100.0)),
                 unit: RateUnit::Iops,
                 alone_p99_ms: Some(2.0),

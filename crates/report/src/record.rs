@@ -41,6 +41,22 @@ pub struct TenantInfo {
     /// the scenario (for the per-phase comparison, seed 000 Fig. 6).
     #[serde(default)]
     pub alone_windows: Vec<TenantWindow>,
+    /// Index in [`RunRecord::groups`] of the group it is in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<usize>,
+}
+
+/// A group of tenants with a promise of its own; its figures in a window are
+/// its members' (tenants and groups under it) added up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupInfo {
+    pub name: String,
+    pub floor: Option<Rate>,
+    pub ceiling: Option<Rate>,
+    /// Unit its throughput is reported in: its floor's, else bytes/s.
+    pub unit: RateUnit,
+    /// Index in [`RunRecord::groups`] of the group it is in.
+    pub parent: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -87,7 +103,7 @@ pub struct LatencySummary {
 /// The record layout this build writes. Version 1 is every record written
 /// before the field existed (read as such); a newer version than this is
 /// refused by the reader rather than half understood.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 fn schema_before_versioning() -> u32 {
     1
@@ -134,6 +150,9 @@ pub struct RunRecord {
     pub duration_s: f64,
     pub control_interval_s: f64,
     pub tenants: Vec<TenantInfo>,
+    /// Groups of tenants (schema 3); empty where no tenant is in one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupInfo>,
     pub windows: Vec<Window>,
     /// Times (s) at which the load changed: a job started, stopped, or changed depth.
     pub steps: Vec<f64>,

@@ -88,6 +88,15 @@ pub fn summary_json(scenario: &str, compared: &[(String, PolicyMeasures)]) -> Va
                 "decision_time_us_max": num(m.decision_time_us_max),
                 "windows_counted": m.windows_counted,
                 "tenants": tenants,
+                "groups": m.groups.iter().map(|g| json!({
+                    "name": g.name,
+                    "unit": g.unit,
+                    "floor": g.floor,
+                    "floor_miss_rate": num(g.floor_miss_rate),
+                    "min": num(g.min),
+                    "max": num(g.max),
+                    "avg": num(g.avg),
+                })).collect::<Vec<_>>(),
             }),
         );
     }
@@ -186,6 +195,35 @@ pub fn tenant_table(compared: &[(String, PolicyMeasures)]) -> String {
     s
 }
 
+/// Groups of tenants: each group's members together under each policy.
+/// Empty when the scenario has no groups.
+pub fn group_table(compared: &[(String, PolicyMeasures)]) -> String {
+    let Some((_, first)) = compared.first().filter(|(_, m)| !m.groups.is_empty()) else {
+        return String::new();
+    };
+    let mut s = String::new();
+    s.push_str("| group | floor | policy | min | max | avg | floor-miss |\n");
+    s.push_str("|---|---:|---|---:|---:|---:|---:|\n");
+    for (i, _) in first.groups.iter().enumerate() {
+        for (name, m) in compared {
+            let g = &m.groups[i];
+            let _ = writeln!(
+                s,
+                "| {} | {} | {name} | {} | {} | {} | {} |",
+                g.name,
+                g.floor
+                    .map(|f| fmt_tp(f, &g.unit))
+                    .unwrap_or_else(|| "–".into()),
+                fmt_tp(g.min, &g.unit),
+                fmt_tp(g.max, &g.unit),
+                fmt_tp(g.avg, &g.unit),
+                fmt_pct(g.floor_miss_rate),
+            );
+        }
+    }
+    s
+}
+
 /// Per load phase (between two load steps): each tenant's mean throughput
 /// and latency under each policy, and alone where measured (seed 000 Fig. 6).
 /// Empty when the scenario has no steps or too many to tabulate.
@@ -269,6 +307,11 @@ pub fn markdown(runs: &[RunRecord], chart_dir: Option<&str>) -> String {
     s.push_str(&comparison_table(&compared));
     s.push_str("\n## Tenants (min / max / avg after warm-up, as seed 001 Table 2)\n\n");
     s.push_str(&tenant_table(&compared));
+    let groups = group_table(&compared);
+    if !groups.is_empty() {
+        s.push_str("\n## Groups (members together, min / max / avg after warm-up)\n\n");
+        s.push_str(&groups);
+    }
     let phases = phase_table(runs);
     if !phases.is_empty() {
         s.push_str("\n## Per load phase (mean throughput, mean latency)\n\n");

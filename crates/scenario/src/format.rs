@@ -61,6 +61,9 @@ pub struct ScenarioFile {
     pub policy: PolicyParams,
     #[serde(rename = "tenant", default)]
     pub tenants: Vec<TenantFile>,
+    /// Groups of tenants with a floor, ceiling and weight of their own.
+    #[serde(rename = "group", default)]
+    pub groups: Vec<GroupFile>,
     /// Load on the same device that no policy sees per tenant or can throttle.
     #[serde(rename = "unmanaged", default)]
     pub unmanaged: Vec<UnmanagedFile>,
@@ -209,6 +212,21 @@ pub struct WriteCliffFile {
     pub factor: f64,
 }
 
+/// A group of tenants (a customer, a VM's disks): its members share its
+/// floor, take what a sibling leaves before anyone else, and together never
+/// exceed its ceiling. Members name it (`group = "..."`); a group may be in
+/// another.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupFile {
+    pub name: String,
+    pub floor: Option<RateQ>,
+    pub ceiling: Option<RateQ>,
+    pub weight: Option<f64>,
+    /// The group this one is in.
+    pub group: Option<String>,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TenantFile {
@@ -230,6 +248,8 @@ pub struct TenantFile {
     /// The host the tenant runs on, in a cluster scenario (every tenant names
     /// one, or none does).
     pub host: Option<String>,
+    /// The `[[group]]` the tenant is in.
+    pub group: Option<String>,
     #[serde(rename = "job", default)]
     pub jobs: Vec<JobFile>,
 }
@@ -461,6 +481,8 @@ pub struct Scenario {
     pub policy_model: CostModel,
     pub policy: PolicyParams,
     pub tenants: Vec<Tenant>,
+    /// The `[[group]]`s, in file order (tenants hold theirs in their spec).
+    pub groups: Vec<std::sync::Arc<iofloor_core::GroupSpec>>,
     pub unmanaged: Vec<Unmanaged>,
     /// Hosts sharing the device, when tenants name them.
     pub cluster: Option<Cluster>,
@@ -802,6 +824,7 @@ impl TenantFile {
             ceiling: self.ceiling.map(|c| c.0),
             weight: self.weight.unwrap_or(iofloor_core::model::DEFAULT_WEIGHT),
             latency_sensitive: self.latency_sensitive,
+            group: None,
         };
         Ok(Tenant {
             spec,
@@ -828,6 +851,8 @@ impl ScenarioFile {
         let mut names = std::collections::HashSet::new();
         let mut tenants = Vec::new();
         let host_names: Vec<Option<String>> = self.tenants.iter().map(|t| t.host.clone()).collect();
+        let group_names: Vec<Option<String>> =
+            self.tenants.iter().map(|t| t.group.clone()).collect();
         for (ti, t) in self.tenants.into_iter().enumerate() {
             let at = format!("tenant[{ti}]");
             if !names.insert(t.name.clone()) {
@@ -839,6 +864,7 @@ impl ScenarioFile {
             }
             tenants.push(t.validate(duration).map_err(|e| e.under(&at))?);
         }
+        let groups = checked_groups(&self.groups, &names, &group_names, &mut tenants)?;
         let mut unmanaged = Vec::new();
         for (ui, u) in self.unmanaged.into_iter().enumerate() {
             let at = format!("unmanaged[{ui}]");
@@ -863,11 +889,55 @@ impl ScenarioFile {
             policy_model,
             policy: self.policy,
             tenants,
+            groups,
             unmanaged,
             cluster,
             time_scale: 1.0,
         })
     }
+}
+
+/// The scenario's groups, checked as the service's config checks them
+/// (iofloor_core::hierarchy), and each tenant given the group it names.
+fn checked_groups(
+    files: &[GroupFile],
+    tenant_names: &std::collections::HashSet<String>,
+    named: &[Option<String>],
+    tenants: &mut [Tenant],
+) -> Checked<Vec<std::sync::Arc<iofloor_core::GroupSpec>>> {
+    use iofloor_core::hierarchy::{build_groups, check_member_floors, GroupDef};
+    let defs: Vec<GroupDef> = files
+        .iter()
+        .map(|g| GroupDef {
+            name: g.name.clone(),
+            floor: g.floor.map(|f| f.0),
+            ceiling: g.ceiling.map(|c| c.0),
+            weight: g.weight,
+            parent: g.group.clone(),
+        })
+        .collect();
+    let under = |(i, e): (usize, ValidationError)| e.under(&format!("group[{i}]"));
+    let groups = build_groups(&defs).map_err(under)?;
+    if let Some(i) = files.iter().position(|g| tenant_names.contains(&g.name)) {
+        return bad(
+            &format!("group[{i}].name"),
+            format!("`{}` names a tenant too", files[i].name),
+        );
+    }
+    let mut members = Vec::new();
+    for (ti, name) in named.iter().enumerate() {
+        let Some(name) = name else { continue };
+        let Some(g) = groups.iter().position(|g| g.name == *name) else {
+            return bad(
+                &format!("tenant[{ti}].group"),
+                format!("`{name}` is not a `[[group]]`"),
+            );
+        };
+        tenants[ti].spec.group = Some(groups[g].clone());
+        members.push((g, tenants[ti].spec.floor));
+    }
+    check_member_floors(&groups, members).map_err(under)?;
+    Ok(groups)
 }
 
 /// A host name as etcd keys and the daemon's `[cluster] host` take it.
@@ -1319,6 +1389,58 @@ ramp = { every = "10s", max = 4 }
         ));
         assert!(
             e.contains("`unmanaged[0].device` must be an absolute path, got `loop9`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn groups_parse_and_bad_trees_name_their_key_and_line() {
+        let grouped = |groups: &str| {
+            format!(
+                "{}{groups}",
+                BASE.replace(
+                    "floor = \"10MiB/s\"\n",
+                    "floor = \"10MiB/s\"\ngroup = \"team\"\n"
+                )
+            )
+        };
+        let s = Scenario::parse(
+            &grouped("[[group]]\nname = \"team\"\nfloor = \"30MiB/s\"\ngroup = \"customer\"\n[[group]]\nname = \"customer\"\nweight = 200\n"),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(s.groups.len(), 2);
+        let team = s.tenants[0].spec.group.as_ref().unwrap();
+        assert_eq!(team.parent.as_ref().unwrap().weight, 200.0);
+        assert!(std::sync::Arc::ptr_eq(team, &s.groups[0]));
+
+        let e = err_of(&grouped("[[group]]\nname = \"team\"\ngroup = \"team\"\n"));
+        assert!(
+            e.starts_with("bad.toml:23: `group[0].group` makes a cycle: team in team"),
+            "{e}"
+        );
+        let e = err_of(&grouped("[[group]]\nname = \"team\"\ngroup = \"nope\"\n"));
+        assert!(
+            e.starts_with("bad.toml:23: `group[0].group` `nope` is not a `[[group]]`"),
+            "{e}"
+        );
+        let e = err_of(&grouped("[[group]]\nname = \"other\"\n"));
+        assert!(
+            e.starts_with("bad.toml:15: `tenant[0].group` `team` is not a `[[group]]`"),
+            "{e}"
+        );
+        let e = err_of(&grouped("[[group]]\nname = \"team\"\nfloor = \"5MiB/s\"\n"));
+        assert!(
+            e.starts_with("bad.toml:23: `group[0].floor` 5.0 MiB/s is below what its members' floors add up to (10.0 MiB/s)"),
+            "{e}"
+        );
+        let e = err_of(&grouped("[[group]]\nname = \"a\"\n"));
+        assert!(e.contains("`group[0].name` `a` names a tenant too"), "{e}");
+        let e = err_of(&grouped(
+            "[[group]]\nname = \"team\"\nfloor = \"5MiB/s\"\nceiling = \"1MiB/s\"\n",
+        ));
+        assert!(
+            e.contains("`group[0].ceiling`") && e.contains("below `floor`"),
             "{e}"
         );
     }

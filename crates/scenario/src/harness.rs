@@ -9,7 +9,9 @@ use crate::stats::DecisionStats;
 use iofloor_core::policy::PolicyKind;
 use iofloor_core::units::RateUnit;
 use iofloor_core::CostParams;
-use iofloor_report::record::{Environment, LatencySummary, RunRecord, TenantInfo, Window};
+use iofloor_report::record::{
+    Environment, GroupInfo, LatencySummary, RunRecord, TenantInfo, Window,
+};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -281,6 +283,9 @@ fn assemble<T: Testbed>(
     alone: &[(RawRun, bool)],
     env: &Environment,
 ) -> RunRecord {
+    let group_index = |g: Option<&iofloor_core::GroupSpec>| {
+        g.and_then(|g| scenario.groups.iter().position(|s| s.name == g.name))
+    };
     let alone_windows = |i: usize| -> &[Window] {
         match alone.get(i) {
             Some((a, true)) => &a.windows,
@@ -309,6 +314,18 @@ fn assemble<T: Testbed>(
                 .iter()
                 .map(|w| w.tenants[0].clone())
                 .collect(),
+            group: group_index(t.spec.group.as_deref()),
+        })
+        .collect();
+    let groups = scenario
+        .groups
+        .iter()
+        .map(|g| GroupInfo {
+            name: g.name.clone(),
+            floor: g.floor,
+            ceiling: g.ceiling,
+            unit: g.floor.map(|f| f.unit()).unwrap_or(RateUnit::BytesPerSec),
+            parent: group_index(g.parent.as_deref()),
         })
         .collect();
     let mut windows = run.windows;
@@ -330,6 +347,7 @@ fn assemble<T: Testbed>(
         duration_s: scenario.duration.as_secs_f64(),
         control_interval_s: scenario.interval.as_secs_f64(),
         tenants,
+        groups,
         windows,
         steps: scenario.steps().iter().map(|d| d.as_secs_f64()).collect(),
         latency: run.latency,

@@ -266,13 +266,24 @@ struct Pricing {
     /// Cost rate used this interval.
     usage: Vec<f64>,
     total: f64,
-    /// Each tenant's floor in cost at its mix: its own, or where it is in a
-    /// group, its share of the group's (crate::hierarchy); 0 without one.
+    /// Each tenant's own floor in cost at its mix; 0 without one.
+    own_floors: Vec<f64>,
+    /// The floor a tenant may claim now: its own, and in a group the part
+    /// of the group's floor it shows it wants (crate::hierarchy); what
+    /// starvation reserves (step 3).
     floor_costs: Vec<f64>,
-    /// The tenants' groups; per node (tenants, then groups) the effective
-    /// floor, the ceiling and the weight, groups priced at their members' mix.
+    /// The floor held ready for a tenant: its own, and in a group its share
+    /// by weight of the group's among the members doing I/O, which must be
+    /// there at once when it asks (the burst guard, step 5); the floors
+    /// whose sum the device must hold.
+    reserved: Vec<f64>,
+    /// The tenants' groups; per node (tenants, then groups) the floor step 4
+    /// shares by (tenants' claims, groups' whole floors), the ceiling and
+    /// the weight, groups priced at their members' mix.
     tree: Tree,
     node_floor: Vec<f64>,
+    /// Per node, the floors held ready ([`Pricing::reserved`], summed up).
+    node_reserved: Vec<f64>,
     node_ceiling: Vec<f64>,
     node_weight: Vec<f64>,
     /// Each tenant's best latency seen, for starvation (step 3).
@@ -308,8 +319,6 @@ struct Shares {
     alloc: Vec<f64>,
     /// The part of each allocation that is the tenant's floor (or its demand, if smaller).
     entitlement: Vec<f64>,
-    /// Per leaf, the most it may get so that no group exceeds its ceiling.
-    group_limit: Vec<Option<f64>>,
 }
 
 impl FloorPolicy {
@@ -364,7 +373,10 @@ impl FloorPolicy {
             rate.and_then(|r| cost.rate_to_cost(r, mix))
                 .unwrap_or(f64::INFINITY)
         };
+        let own_floors = floor_costs.clone();
+        let mut reserved = floor_costs.clone();
         let mut node_floor = floor_costs.clone();
+        let mut node_reserved = floor_costs.clone();
         let mut node_ceiling: Vec<f64> = snapshot
             .tenants
             .iter()
@@ -377,46 +389,33 @@ impl FloorPolicy {
             .map(|t| t.spec.weight.max(1e-9))
             .collect();
         if !tree.is_flat() {
-            // A group's rates are priced at its members' traffic together.
-            let mix_sum = |pick: fn(&Usage) -> f64| {
-                let per_leaf: Vec<f64> =
-                    mixes.iter().map(|m| m.as_ref().map_or(0.0, pick)).collect();
-                tree.sum_up(&per_leaf)
-            };
-            let parts = [
-                mix_sum(|u| u.read.ios),
-                mix_sum(|u| u.read.bytes),
-                mix_sum(|u| u.read.seq_ios),
-                mix_sum(|u| u.write.ios),
-                mix_sum(|u| u.write.bytes),
-                mix_sum(|u| u.write.seq_ios),
-            ];
-            for (k, g) in tree.groups().iter().enumerate() {
-                let node = tree.leaves() + k;
-                let mix = Usage {
-                    read: crate::model::DirUsage {
-                        ios: parts[0][node],
-                        bytes: parts[1][node],
-                        seq_ios: parts[2][node],
-                    },
-                    write: crate::model::DirUsage {
-                        ios: parts[3][node],
-                        bytes: parts[4][node],
-                        seq_ios: parts[5][node],
-                    },
-                    latency_us: None,
-                };
-                node_floor.push(
-                    g.floor
-                        .and_then(|f| cost.rate_to_cost(f, &mix))
-                        .unwrap_or(0.0),
-                );
-                node_ceiling.push(ceiling_of(g.ceiling, &mix));
-                node_weight.push(g.weight.max(1e-9));
-            }
-            let active: Vec<bool> = usage.iter().map(|&u| u > 0.0).collect();
-            node_floor = tree.effective_floors(&node_floor, &node_ceiling, &node_weight, &active);
-            floor_costs.copy_from_slice(&node_floor[..n]);
+            let groups = super::price_groups(&tree, &mixes, cost);
+            node_floor.extend(&groups.floor);
+            node_ceiling.extend(&groups.ceiling);
+            node_weight.extend(&groups.weight);
+            // What each member shows it wants: all it can get while it
+            // presses against its cap, else a little more than it uses.
+            let p = &self.params;
+            let want: Vec<f64> = usage
+                .iter()
+                .zip(&prev)
+                .map(|(&u, st)| match st.cap {
+                    Some(cap) if u >= p.pressing * cap => f64::INFINITY,
+                    _ => u * (1.0 + p.headroom),
+                })
+                .collect();
+            let busy: Vec<f64> = usage
+                .iter()
+                .map(|&u| if u > 0.0 { f64::INFINITY } else { 0.0 })
+                .collect();
+            let claims = tree.effective_floors(&node_floor, &node_ceiling, &node_weight, &want);
+            node_reserved = tree.effective_floors(&node_floor, &node_ceiling, &node_weight, &busy);
+            floor_costs.copy_from_slice(&claims[..n]);
+            reserved.copy_from_slice(&node_reserved[..n]);
+            // Step 4 shares a group's whole floor among its members, each
+            // member by what it claims.
+            node_floor = claims;
+            node_floor[n..].copy_from_slice(&node_reserved[n..]);
         }
         let latency_floor: Vec<Option<f64>> = snapshot
             .tenants
@@ -435,9 +434,12 @@ impl FloorPolicy {
             prev,
             usage,
             total,
+            own_floors,
             floor_costs,
+            reserved,
             tree,
             node_floor,
+            node_reserved,
             node_ceiling,
             node_weight,
             latency_floor,
@@ -460,18 +462,36 @@ impl FloorPolicy {
         // noisy one was idle (rig `on-off-rig`: learned 0.56 of a device
         // that had not changed, below the floors' need, and stuck there).
         let holding = |i: usize| priced.prev[i].cap.filter(|_| priced.prev[i].holds);
-        let held_by_device = active().any(|(i, &u)| match holding(i) {
-            Some(cap) => u < HELD_AT_CAP * cap,
-            None => u < SHORT_OF_FLOOR * priced.floor_costs[i],
-        });
+        // A group below its floor with no member held by a cap is short as
+        // a tenant below its own would be: its members' own figures cannot
+        // show a promise only the group has.
+        let tree = &priced.tree;
+        let group_short = !tree.is_flat() && {
+            let used = tree.sum_up(usage);
+            let held: Vec<f64> = (0..usage.len())
+                .map(|i| if holding(i).is_some() { 1.0 } else { 0.0 })
+                .collect();
+            let held = tree.sum_up(&held);
+            (tree.leaves()..tree.nodes()).any(|g| {
+                used[g] > 0.0
+                    && held[g] == 0.0
+                    && used[g] < SHORT_OF_FLOOR * priced.node_reserved[g]
+            })
+        };
+        let held_by_device = group_short
+            || active().any(|(i, &u)| match holding(i) {
+                Some(cap) => u < HELD_AT_CAP * cap,
+                None => u < SHORT_OF_FLOOR * priced.own_floors[i],
+            });
         let wants_more =
             active().any(|(i, &u)| priced.prev[i].cap.is_some_and(|cap| u >= p.pressing * cap));
-        let floor_short = active().any(|(i, &u)| u < SHORT_OF_FLOOR * priced.floor_costs[i]);
+        let floor_short =
+            group_short || active().any(|(i, &u)| u < SHORT_OF_FLOOR * priced.own_floors[i]);
         // A tenant with a floor, not held by a cap of ours (a throttle's wait
         // is in its latency), whose own latency is far above its best: where
         // the backend reports it (QMP), the queue is felt by the protected.
         let protected_slowed = active().any(|(i, _)| {
-            priced.floor_costs[i] > 0.0
+            priced.reserved[i] > 0.0
                 && holding(i).is_none()
                 && snapshot.tenants[i]
                     .usage
@@ -489,7 +509,7 @@ impl FloorPolicy {
                 floor_short,
                 protected_slowed,
                 contended: total >= p.border * self.capacity.estimate(),
-                floors_need: priced.floor_costs.iter().sum::<f64>() / p.target_utilisation,
+                floors_need: priced.reserved.iter().sum::<f64>() / p.target_utilisation,
             }),
             None => self.capacity.estimate(),
         };
@@ -503,7 +523,7 @@ impl FloorPolicy {
             snapshot.device.map(|d| d.avg_queue),
             p.queue_knee,
         ) || self.capacity.verdict() == Verdict::Overloaded;
-        let floors: f64 = active().map(|(i, _)| priced.floor_costs[i]).sum();
+        let floors: f64 = active().map(|(i, _)| priced.reserved[i]).sum();
         let can_give = p.target_utilisation * capacity;
         self.feasibility = Some(Feasibility {
             capacity,
@@ -611,20 +631,9 @@ impl FloorPolicy {
             device.to_share,
             self.params.class_priority,
         );
-        let group_limit = if tree.is_flat() {
-            vec![None; n]
-        } else {
-            tree.ceiling_limits(
-                &shares.alloc,
-                &priced.node_floor,
-                &priced.node_ceiling,
-                &priced.node_weight,
-            )
-        };
         Shares {
             alloc: shares.alloc[..n].to_vec(),
             entitlement: shares.entitlement[..n].to_vec(),
-            group_limit,
         }
     }
 
@@ -648,11 +657,19 @@ impl FloorPolicy {
             .feasibility
             .filter(|f| f.floors > 0.0)
             .map_or(1.0, |f| (can_give / f.floors).min(1.0));
-        tenants
+        let decided: Vec<Decided> = tenants
             .iter()
             .enumerate()
             .map(|(i, t)| {
                 let prev_cap = priced.prev[i].cap;
+                // A group member's part of the group's floor may be lent to
+                // a sibling while it is idle; it comes back at once, as a
+                // floor of its own would (flat tenants' caps never fall below
+                // their floors in the first place).
+                let own_part = match priced.tree.parent(i) {
+                    Some(_) => priced.reserved[i] * floors_fit * ENFORCEMENT_MARGIN,
+                    None => 0.0,
+                };
                 let limited = |c: f64| -> Option<f64> {
                     if c >= capacity && t.ceiling >= capacity {
                         None
@@ -679,17 +696,11 @@ impl FloorPolicy {
                     let cap = if others <= 0.0 {
                         loosened
                     } else {
-                        // A group member's own part of the group's floor may
-                        // be lent to a sibling while it is idle; it comes
-                        // back at once, as a floor of its own would.
-                        let own_part = match priced.tree.parent(i) {
-                            Some(_) => priced.floor_costs[i] * floors_fit,
-                            None => 0.0,
-                        };
                         let guard = (can_give - others)
-                            .max(shares.entitlement[i].max(own_part) * ENFORCEMENT_MARGIN);
+                            .max(shares.entitlement[i] * ENFORCEMENT_MARGIN)
+                            .max(own_part);
                         match loosened {
-                            Some(c) => Some(c.min(guard).max(MIN_CAP * capacity)),
+                            Some(c) => Some(c.min(guard).max(own_part).max(MIN_CAP * capacity)),
                             None => limited(guard),
                         }
                     };
@@ -704,20 +715,42 @@ impl FloorPolicy {
                     shares.alloc[i]
                 };
                 Decided {
-                    cap: limited(grow(share).max(shares.entitlement[i] * ENFORCEMENT_MARGIN)),
+                    cap: limited(
+                        grow(share)
+                            .max(shares.entitlement[i] * ENFORCEMENT_MARGIN)
+                            .max(own_part),
+                    ),
                     holds: true,
                 }
             })
-            .zip(&shares.group_limit)
+            .collect();
+        if priced.tree.is_flat() {
+            return decided;
+        }
+        // A group's ceiling is hard: its members' caps add up to it at most.
+        let mut caps: Vec<f64> = decided
+            .iter()
+            .map(|d| d.cap.unwrap_or(f64::INFINITY))
+            .collect();
+        let reserve: Vec<f64> = priced.reserved.iter().map(|r| r * floors_fit).collect();
+        priced.tree.hold_ceilings(
+            &mut caps,
+            &shares.alloc,
+            &reserve,
+            &priced.node_ceiling,
+            &priced.node_weight,
+        );
+        decided
+            .into_iter()
+            .zip(caps)
             .zip(tenants)
-            .map(|((decided, limit), t)| match limit {
-                // A group's ceiling is hard: its members' caps add up to it
-                // at most, wherever the steps above left them.
-                Some(limit) if decided.cap.is_none_or(|c| c > *limit) => Decided {
-                    cap: Some(*limit),
-                    holds: decided.holds || t.demand > *limit,
+            .map(|((d, cap), t)| match d.cap {
+                Some(c) if cap >= c => d,
+                None if cap.is_infinite() => d,
+                _ => Decided {
+                    cap: Some(cap),
+                    holds: d.holds || t.demand > cap,
                 },
-                _ => decided,
             })
             .collect()
     }

@@ -235,6 +235,68 @@ impl MixMemory {
     }
 }
 
+/// Groups' floors, ceilings (infinite without one) and weights in cost
+/// units, each priced at its members' traffic together (their remembered
+/// mixes added up), in the order of [`Tree::groups`](crate::hierarchy::Tree).
+pub(crate) struct PricedGroups {
+    pub floor: Vec<f64>,
+    pub ceiling: Vec<f64>,
+    pub weight: Vec<f64>,
+}
+
+pub(crate) fn price_groups(
+    tree: &crate::hierarchy::Tree,
+    mixes: &[Option<Usage>],
+    cost: &CostModel,
+) -> PricedGroups {
+    use crate::model::DirUsage;
+    let sum = |pick: fn(&Usage) -> f64| {
+        let per_leaf: Vec<f64> = mixes.iter().map(|m| m.as_ref().map_or(0.0, pick)).collect();
+        tree.sum_up(&per_leaf)
+    };
+    let parts = [
+        sum(|u| u.read.ios),
+        sum(|u| u.read.bytes),
+        sum(|u| u.read.seq_ios),
+        sum(|u| u.write.ios),
+        sum(|u| u.write.bytes),
+        sum(|u| u.write.seq_ios),
+    ];
+    let mut out = PricedGroups {
+        floor: Vec::with_capacity(tree.groups().len()),
+        ceiling: Vec::with_capacity(tree.groups().len()),
+        weight: Vec::with_capacity(tree.groups().len()),
+    };
+    for (k, g) in tree.groups().iter().enumerate() {
+        let node = tree.leaves() + k;
+        let mix = Usage {
+            read: DirUsage {
+                ios: parts[0][node],
+                bytes: parts[1][node],
+                seq_ios: parts[2][node],
+            },
+            write: DirUsage {
+                ios: parts[3][node],
+                bytes: parts[4][node],
+                seq_ios: parts[5][node],
+            },
+            latency_us: None,
+        };
+        out.floor.push(
+            g.floor
+                .and_then(|f| cost.rate_to_cost(f, &mix))
+                .unwrap_or(0.0),
+        );
+        out.ceiling.push(
+            g.ceiling
+                .and_then(|c| cost.rate_to_cost(c, &mix))
+                .unwrap_or(f64::INFINITY),
+        );
+        out.weight.push(g.weight.max(1e-9));
+    }
+    out
+}
+
 /// Whole seconds of a duration as f64.
 pub(crate) fn secs(d: Duration) -> f64 {
     d.as_secs_f64()

@@ -20,7 +20,7 @@ pub(super) fn spec_of(t: &TenantConfig, name: &str, patch: Option<&Patch>) -> Te
         ceiling: t.ceiling,
         weight: t.weight,
         latency_sensitive: t.latency_sensitive,
-        group: None,
+        group: t.group.clone(),
     };
     if let Some(p) = patch {
         super::patch::apply_patch(&mut spec, p);

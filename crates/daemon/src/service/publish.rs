@@ -123,6 +123,13 @@ impl Service {
             floor_met: t.floor_met,
             throttled_seconds: t.throttled_seconds,
             overridden: t.overridden,
+            groups: t
+                .spec
+                .group
+                .iter()
+                .flat_map(|g| g.lineage())
+                .map(|g| g.name.clone())
+                .collect(),
         }
     }
 

@@ -161,6 +161,10 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
         println!("{} on {}\n", sc.name, opts.device.display());
         println!("{}", render::comparison_table(&compared));
         println!("{}", render::tenant_table(&compared));
+        let groups = render::group_table(&compared);
+        if !groups.is_empty() {
+            println!("{groups}");
+        }
     }
     Ok(())
 }

@@ -110,6 +110,10 @@ pub fn sim(args: SimArgs) -> anyhow::Result<()> {
         println!("{} — {}\n", sc.name, sc.description);
         println!("{}", render::comparison_table(&compared));
         println!("{}", render::tenant_table(&compared));
+        let groups = render::group_table(&compared);
+        if !groups.is_empty() {
+            println!("{groups}");
+        }
     }
     Ok(())
 }
