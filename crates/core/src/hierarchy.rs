@@ -229,8 +229,10 @@ impl Tree {
         }
         for &node in self.top_down.iter().rev() {
             if node >= self.leaves {
+                // A group wants what its members want, or more where the
+                // caller says so (its floor, while it is starved).
                 let sum: f64 = self.children[node].iter().map(|&c| demand[c]).sum();
-                demand[node] = sum;
+                demand[node] = demand[node].max(sum);
             }
             demand[node] = demand[node].min(claims.ceiling[node]);
             if let Some(p) = self.parent[node] {
@@ -521,7 +523,9 @@ pub struct Claims<'a> {
     pub ceiling: &'a [f64],
     /// Per node.
     pub weight: &'a [f64],
-    /// Per leaf.
+    /// Per leaf what it wants; per group (optional: missing entries are 0)
+    /// the least it is taken to want beyond its members' (its floor while
+    /// it is starved).
     pub demand: &'a [f64],
     /// Per leaf.
     pub class: &'a [TenantClass],

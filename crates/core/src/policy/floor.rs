@@ -314,6 +314,41 @@ struct Decided {
     holds: bool,
 }
 
+/// What each held group member may use beyond its allocation: its
+/// siblings' allocations they leave unused (the room above their use a
+/// quiet member is given to grow into), shared by weight among the members
+/// held back. A group's floor is kept by what its members use together; a
+/// sibling that grows into its room takes it back in the next interval, as
+/// a tenant back from idle does.
+fn lent_by_siblings(priced: &Pricing, tenants: &[Priced], shares: &Shares) -> Vec<f64> {
+    let tree = &priced.tree;
+    let n = tenants.len();
+    let mut lent = vec![0.0; n];
+    if tree.is_flat() {
+        return lent;
+    }
+    for k in 0..tree.groups().len() {
+        let kids = tree.children(tree.leaves() + k);
+        // Rounding in the water-filling leaves a satisfied member a hair
+        // below its demand: that is not being held back.
+        let held = |i: usize| shares.alloc[i] < tenants[i].demand * (1.0 - 1e-9);
+        let (mut slack, mut weight) = (0.0, 0.0);
+        for &c in kids.iter().filter(|&&c| c < n) {
+            if held(c) {
+                weight += priced.node_weight[c];
+            } else {
+                slack += (shares.alloc[c] - priced.usage[c]).max(0.0);
+            }
+        }
+        if weight > 0.0 && slack > 0.0 {
+            for &c in kids.iter().filter(|&&c| c < n && held(c)) {
+                lent[c] = slack * priced.node_weight[c] / weight;
+            }
+        }
+    }
+    lent
+}
+
 /// Step 4's result.
 struct Shares {
     alloc: Vec<f64>,
@@ -618,7 +653,10 @@ impl FloorPolicy {
     fn share(&self, priced: &Pricing, tenants: &[Priced], device: &DeviceVerdict) -> Shares {
         let n = tenants.len();
         let tree = &priced.tree;
-        let demand: Vec<f64> = tenants.iter().map(|t| t.demand).collect();
+        let mut demand: Vec<f64> = tenants.iter().map(|t| t.demand).collect();
+        if !tree.is_flat() {
+            demand.extend(self.starved_groups(priced, tenants, device));
+        }
         let class: Vec<TenantClass> = tenants.iter().map(|t| t.class).collect();
         let shares = tree.share(
             &Claims {
@@ -635,6 +673,40 @@ impl FloorPolicy {
             alloc: shares.alloc[..n].to_vec(),
             entitlement: shares.entitlement[..n].to_vec(),
         }
+    }
+
+    /// Per group, its floor while it is starved, else 0: below its floor
+    /// with the device overloaded and none of its members held by a cap
+    /// (their shortfall would be ours), as a tenant below its own floor is
+    /// starved (step 3). Its whole floor is then reserved, so the device's
+    /// queue drains for members that keep few I/Os in flight.
+    fn starved_groups(
+        &self,
+        priced: &Pricing,
+        tenants: &[Priced],
+        device: &DeviceVerdict,
+    ) -> Vec<f64> {
+        let tree = &priced.tree;
+        let n = tree.leaves();
+        if !(device.overloaded || device.capacity_overloaded) {
+            return vec![0.0; tree.groups().len()];
+        }
+        let used = tree.sum_up(&priced.usage);
+        let pressing: Vec<f64> = tenants
+            .iter()
+            .map(|t| if t.pressing { 1.0 } else { 0.0 })
+            .collect();
+        let pressing = tree.sum_up(&pressing);
+        (n..tree.nodes())
+            .map(|g| {
+                let floor = priced.node_reserved[g];
+                if used[g] > 0.0 && used[g] < floor && pressing[g] == 0.0 {
+                    floor
+                } else {
+                    0.0
+                }
+            })
+            .collect()
     }
 
     /// Step 5: caps only where demand exceeds the share; tighten at once,
@@ -657,6 +729,7 @@ impl FloorPolicy {
             .feasibility
             .filter(|f| f.floors > 0.0)
             .map_or(1.0, |f| (can_give / f.floors).min(1.0));
+        let lent = lent_by_siblings(priced, tenants, shares);
         let decided: Vec<Decided> = tenants
             .iter()
             .enumerate()
@@ -712,7 +785,7 @@ impl FloorPolicy {
                 let share = if t.fast_path && !any_starved {
                     shares.alloc[i].max(capacity - (priced.total - priced.usage[i]))
                 } else {
-                    shares.alloc[i]
+                    shares.alloc[i] + lent[i]
                 };
                 Decided {
                     cap: limited(
