@@ -4,7 +4,8 @@
 # real-guest test qemu-system-x86_64, busybox and cpio plus a guest image
 # (scripts/guest-image.sh), and for the daemon's tests promtool (prometheus)
 # and chromium; for cluster mode etcd (server and etcdctl), and protoc with
-# the well-known protobuf types, which the etcd client crate needs to build.
+# the well-known protobuf types, which the etcd client crate needs to build;
+# for the libvirt backend's tests libvirtd with its QEMU driver and virsh.
 # Needs root.
 set -euo pipefail
 missing=()
@@ -23,6 +24,9 @@ command -v etcd >/dev/null || missing+=(etcd-server)
 command -v etcdctl >/dev/null || missing+=(etcd-client)
 command -v protoc >/dev/null || missing+=(protobuf-compiler)
 [[ -f /usr/include/google/protobuf/descriptor.proto ]] || missing+=(libprotobuf-dev)
+# The libvirt backend (loaded at run time from libvirt.so.0) and its tests.
+command -v libvirtd >/dev/null || missing+=(libvirt-daemon-system libvirt-daemon-driver-qemu)
+command -v virsh >/dev/null || missing+=(libvirt-clients)
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "iofloor: need root to install ${missing[*]}" >&2
@@ -31,5 +35,13 @@ if ((${#missing[@]})); then
   echo "installing ${missing[*]} ..." >&2
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# libvirt's QEMU runs as root on this kind of machine: /dev/kvm exists but is
+# root's only (no KVM here), and as its own user libvirt takes KVM for gone
+# and probes QEMU again on every lookup (a domain took 72 s to start,
+# measured; 0.4 s as root). A test machine's setting, not a production one.
+conf=/etc/libvirt/qemu.conf
+if [[ -f $conf ]] && ! grep -qE '^\s*user\s*=' "$conf"; then
+  printf '\n# Added by iofloor scripts/deps.sh: QEMU as root (no usable KVM here).\nuser = "root"\ngroup = "root"\n' >>"$conf"
 fi
 "$(dirname "$0")/guest-image.sh"

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Builds the smallest bootable guest for iofloor's real-VM test: Debian's
+# Builds the smallest bootable guest for iofloor's real-VM tests: Debian's
 # cloud kernel plus a busybox initramfs that loads the virtio block modules
-# and reads the first virtio disk with O_DIRECT forever (QD1, 4 KiB), so the
+# and reads every virtio disk with O_DIRECT forever (QD1, 4 KiB each), so the
 # host sees a guest's I/O through QEMU's virtio-blk path. Output:
-#   $IOFLOOR_GUEST_DIR (default /var/cache/iofloor/guest)/{vmlinuz,initramfs.gz}
+#   $IOFLOOR_GUEST_DIR (default /var/cache/iofloor/guest)/{vmlinuz,initramfs.gz,VERSION}
 # Needs root, qemu-system-x86 and busybox-static (scripts/deps.sh installs them).
 set -euo pipefail
 out=${IOFLOOR_GUEST_DIR:-/var/cache/iofloor/guest}
-if [[ -s $out/vmlinuz && -s $out/initramfs.gz ]]; then
+# The image's version: an older one (reading only its first disk) is rebuilt.
+version_wanted=2
+if [[ -s $out/vmlinuz && -s $out/initramfs.gz && $(cat "$out/VERSION" 2>/dev/null) == "$version_wanted" ]]; then
   exit 0
 fi
 work=$(mktemp -d)
@@ -41,6 +43,12 @@ for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_p
 done
 n=0
 while [ ! -b /dev/vda ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+sleep 0.5
+for d in /dev/vd?; do
+  [ "$d" = /dev/vda ] && continue
+  echo "iofloor-guest: load running on $d"
+  (while true; do dd if=$d of=/dev/null bs=4096 iflag=direct 2>/dev/null; done) &
+done
 echo "iofloor-guest: load running on /dev/vda"
 while true; do
   dd if=/dev/vda of=/dev/null bs=4096 iflag=direct 2>/dev/null
@@ -52,4 +60,5 @@ mkdir -p "$out"
 cp "kernel/boot/vmlinuz-$version" "$out/vmlinuz.tmp"
 mv "$out/initramfs.gz.tmp" "$out/initramfs.gz"
 mv "$out/vmlinuz.tmp" "$out/vmlinuz"
+echo "$version_wanted" >"$out/VERSION"
 echo "guest image in $out ($version)" >&2

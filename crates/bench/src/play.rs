@@ -96,6 +96,7 @@ impl<'s> Play<'s> {
                 Some(DiskStats::proc(dev)),
             ),
             qmp: QmpBackend::new(Duration::from_secs(2)),
+            libvirt: None,
         };
         let mut tenant_device = Vec::with_capacity(scenario.tenants.len());
         for (i, t) in scenario.tenants.iter().enumerate() {

@@ -50,6 +50,9 @@ pub enum HostError {
     /// each interval.
     #[error("{0}")]
     Unavailable(String),
+    /// libvirt refused or failed a call (the message names the URI and what).
+    #[error("{0}")]
+    Libvirt(String),
 }
 
 impl HostError {

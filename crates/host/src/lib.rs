@@ -14,6 +14,7 @@ pub mod diskstats;
 pub mod error;
 pub mod fio;
 pub mod guest;
+pub mod libvirt;
 pub mod qmp;
 pub mod qmp_backend;
 pub mod rig;

@@ -1,0 +1,568 @@
+//! VM tenants through libvirt, where operators keep their VMs: libvirt owns
+//! a domain's QEMU monitor (a second QMP client would taint the domain and
+//! leave libvirt's view of the throttles wrong), so everything goes through
+//! its API. Counters come from `virDomainBlockStatsFlags` (operations, bytes
+//! and total completion times, so VMs report latency), limits go on with
+//! `virDomainSetBlockIoTune` on the live domain, and the limits a disk had
+//! are read with `virDomainGetBlockIoTune` to be put back.
+//!
+//! Every call runs on a worker thread that owns the connection, and the
+//! control loop waits for it only so long: a libvirtd that restarts or
+//! hangs makes its tenants unavailable for an interval (never idle), the
+//! connection is made again on the next call, and a daemon that keeps
+//! timing out is left alone for a pause that doubles from 1 s to 32 s, as a
+//! QEMU monitor that hangs is.
+
+mod ffi;
+pub mod testbed;
+
+use crate::error::{HostError, Result};
+use ffi::{Connection, LvError, ParamValue, TypedParam};
+use iofloor_core::{Backend, Caps, Counters, DeviceCounters, TenantSpec};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The default URI: the system's QEMU driver.
+pub const DEFAULT_URI: &str = "qemu:///system";
+
+/// The longest pause before asking a daemon that timed out again.
+const MAX_HUNG_PAUSE: Duration = Duration::from_secs(32);
+
+/// A running (or paused) domain and its disks.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DomainInfo {
+    pub name: String,
+    pub uuid: String,
+    /// Disk targets (`vda`, `sdb`) of its `<disk device='disk'>`s, in order.
+    pub disks: Vec<String>,
+}
+
+/// A disk's I/O limits as libvirt keeps them: the six rates (0 is none)
+/// and the throttle group it is in, if one was set by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IoTune {
+    pub total_bytes_sec: u64,
+    pub read_bytes_sec: u64,
+    pub write_bytes_sec: u64,
+    pub total_iops_sec: u64,
+    pub read_iops_sec: u64,
+    pub write_iops_sec: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_name: Option<String>,
+}
+
+const RATE_FIELDS: [&str; 6] = [
+    "total_bytes_sec",
+    "read_bytes_sec",
+    "write_bytes_sec",
+    "total_iops_sec",
+    "read_iops_sec",
+    "write_iops_sec",
+];
+
+impl IoTune {
+    /// From `virDomainGetBlockIoTune`'s parameters. A group name QEMU gave
+    /// the disk itself (its qdev path, when limits were set without a
+    /// group) or an empty one is no group: passing it back could put an
+    /// unrelated disk in it.
+    pub fn from_params(params: &[(String, ParamValue)]) -> IoTune {
+        let get = |field: &str| {
+            params
+                .iter()
+                .find(|(n, _)| n == field)
+                .and_then(|(_, v)| match v {
+                    ParamValue::Int(x) => Some(*x),
+                    _ => None,
+                })
+                .unwrap_or(0)
+        };
+        let group_name =
+            params
+                .iter()
+                .find(|(n, _)| n == "group_name")
+                .and_then(|(_, v)| match v {
+                    ParamValue::Text(t) if !t.is_empty() && !t.starts_with("/machine/") => {
+                        Some(t.clone())
+                    }
+                    _ => None,
+                });
+        IoTune {
+            total_bytes_sec: get("total_bytes_sec"),
+            read_bytes_sec: get("read_bytes_sec"),
+            write_bytes_sec: get("write_bytes_sec"),
+            total_iops_sec: get("total_iops_sec"),
+            read_iops_sec: get("read_iops_sec"),
+            write_iops_sec: get("write_iops_sec"),
+            group_name,
+        }
+    }
+
+    /// The limits iofloor writes for `caps`: per direction, totals 0 (libvirt
+    /// refuses a total beside a per-direction limit of the same kind).
+    pub fn of_caps(caps: &Caps) -> IoTune {
+        // QEMU's largest throttle value; it refuses more.
+        let limit = |v: Option<f64>| v.map(|x| x.ceil().clamp(1.0, 1e15) as u64).unwrap_or(0);
+        IoTune {
+            read_bytes_sec: limit(caps.read_bps),
+            write_bytes_sec: limit(caps.write_bps),
+            read_iops_sec: limit(caps.read_iops),
+            write_iops_sec: limit(caps.write_iops),
+            ..IoTune::default()
+        }
+    }
+
+    fn rates(&self) -> [u64; 6] {
+        [
+            self.total_bytes_sec,
+            self.read_bytes_sec,
+            self.write_bytes_sec,
+            self.total_iops_sec,
+            self.read_iops_sec,
+            self.write_iops_sec,
+        ]
+    }
+}
+
+/// Counters of one disk from `virDomainBlockStatsFlags` (QEMU's totals:
+/// operations, bytes, and completion times in ns).
+pub fn counters_from_stats(params: &[(String, ParamValue)]) -> Counters {
+    let get = |field: &str| {
+        params
+            .iter()
+            .find(|(n, _)| n == field)
+            .and_then(|(_, v)| match v {
+                ParamValue::Int(x) => Some(*x),
+                _ => None,
+            })
+            .unwrap_or(0)
+    };
+    let (rd, wr) = (get("rd_operations"), get("wr_operations"));
+    Counters {
+        read_ios: rd,
+        write_ios: wr,
+        read_bytes: get("rd_bytes"),
+        write_bytes: get("wr_bytes"),
+        read_seq_ios: 0,
+        write_seq_ios: 0,
+        latency_ns_total: Some(get("rd_total_times").saturating_add(get("wr_total_times"))),
+        completions: Some(rd.saturating_add(wr)),
+    }
+}
+
+/// The disk targets of a domain's XML: `<disk device='disk'>` only (not
+/// CD-ROMs or floppies), by `<target dev=…>`.
+pub fn disk_targets(xml: &str) -> std::result::Result<Vec<String>, String> {
+    let doc = roxmltree::Document::parse(xml).map_err(|e| format!("domain XML: {e}"))?;
+    Ok(doc
+        .descendants()
+        .filter(|n| n.has_tag_name("disk") && n.attribute("device").unwrap_or("disk") == "disk")
+        .filter(|n| n.parent().is_some_and(|p| p.has_tag_name("devices")))
+        .filter_map(|n| {
+            n.children()
+                .find(|c| c.has_tag_name("target"))
+                .and_then(|t| t.attribute("dev"))
+                .map(str::to_string)
+        })
+        .collect())
+}
+
+/// What the worker is asked to do; its answer comes back on the job's own
+/// channel, which the caller stops listening to when it gives up waiting.
+type Job = Box<dyn FnOnce(&mut Session) + Send>;
+
+/// The worker's side: the connection, made on demand and dropped on a
+/// connection error so the next job makes it again.
+struct Session {
+    uri: String,
+    conn: Option<Connection>,
+}
+
+impl Session {
+    fn connection(&mut self) -> std::result::Result<&Connection, LvError> {
+        if self.conn.as_ref().is_some_and(|c| !c.is_alive()) {
+            self.conn = None;
+        }
+        if self.conn.is_none() {
+            self.conn = Some(Connection::open(&self.uri)?);
+        }
+        Ok(self.conn.as_ref().expect("opened above"))
+    }
+
+    /// Runs `f` on the connection; an error from the connection itself
+    /// (libvirtd gone, restarted, keepalive timed out) drops it.
+    fn with<T>(
+        &mut self,
+        f: impl FnOnce(&Connection) -> std::result::Result<T, LvError>,
+    ) -> std::result::Result<T, LvError> {
+        let result = f(self.connection()?);
+        if let Err(e) = &result {
+            if e.domain == ffi::FROM_RPC || self.conn.as_ref().is_some_and(|c| !c.is_alive()) {
+                self.conn = None;
+            }
+        }
+        result
+    }
+}
+
+/// A daemon that timed out: how often in a row, and when to ask again.
+#[derive(Debug, Clone, Copy)]
+struct Hung {
+    times: u32,
+    until: Instant,
+}
+
+#[derive(Debug, Clone)]
+struct Disk {
+    uuid: String,
+    domain: String,
+    target: String,
+}
+
+/// The libvirt backend: a worker thread with the connection, and the
+/// tenants (a domain's disk each) it serves.
+pub struct LibvirtBackend {
+    uri: String,
+    jobs: mpsc::Sender<Job>,
+    tenants: HashMap<String, Disk>,
+    hung: Option<Hung>,
+    timeout: Duration,
+}
+
+impl LibvirtBackend {
+    /// A backend for `uri`, each call waited for at most `timeout`. Nothing
+    /// is connected until the first call.
+    pub fn new(uri: &str, timeout: Duration) -> Result<LibvirtBackend> {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let worker_uri = uri.to_string();
+        std::thread::Builder::new()
+            .name("iofloor-libvirt".into())
+            .spawn(move || {
+                // The connection lives and dies on this thread (libvirt's
+                // errors are per thread, its handles are not shared).
+                let mut session = Session {
+                    uri: worker_uri,
+                    conn: None,
+                };
+                for job in queue {
+                    job(&mut session);
+                }
+            })
+            .map_err(|e| HostError::Unavailable(format!("libvirt worker thread: {e}")))?;
+        Ok(LibvirtBackend {
+            uri: uri.to_string(),
+            jobs,
+            tenants: HashMap::new(),
+            hung: None,
+            timeout,
+        })
+    }
+
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// Runs `f` on the worker and waits for its answer at most the timeout.
+    fn call<T: Send + 'static>(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(&mut Session) -> std::result::Result<T, LvError> + Send + 'static,
+    ) -> Result<T> {
+        if let Some(h) = self.hung {
+            if Instant::now() < h.until {
+                return Err(HostError::Unavailable(format!(
+                    "libvirt {}: did not answer {} times in a row; not asked again until the pause ends",
+                    self.uri, h.times
+                )));
+            }
+        }
+        let (tx, rx) = mpsc::channel();
+        self.jobs
+            .send(Box::new(move |s: &mut Session| {
+                let _ = tx.send(f(s));
+            }))
+            .map_err(|_| HostError::Unavailable("libvirt worker stopped".into()))?;
+        match rx.recv_timeout(self.timeout) {
+            Ok(answer) => {
+                self.hung = None;
+                answer.map_err(|e| self.error(what, e))
+            }
+            Err(_) => {
+                let times = self.hung.map_or(1, |h| h.times + 1);
+                let pause = Duration::from_secs(1 << (times - 1).min(5)).min(MAX_HUNG_PAUSE);
+                self.hung = Some(Hung {
+                    times,
+                    until: Instant::now() + pause,
+                });
+                Err(HostError::Unavailable(format!(
+                    "libvirt {}: {what} did not answer within {:?}",
+                    self.uri, self.timeout
+                )))
+            }
+        }
+    }
+
+    fn error(&self, what: &str, e: LvError) -> HostError {
+        let message = format!("libvirt {}: {what}: {}", self.uri, e.message);
+        // A domain gone or not running, or the daemon away: the tenant is
+        // unavailable (not idle), and found again when it is back.
+        if e.code == ffi::ERR_NO_DOMAIN
+            || e.code == ffi::ERR_OPERATION_INVALID
+            || e.domain == ffi::FROM_RPC
+        {
+            HostError::Unavailable(message)
+        } else {
+            HostError::Libvirt(message)
+        }
+    }
+
+    /// The active domains and their disks.
+    pub fn domains(&mut self) -> Result<Vec<DomainInfo>> {
+        self.call("listing domains", |s| {
+            s.with(|c| {
+                let mut out = Vec::new();
+                for d in c.active_domains()? {
+                    let xml = d.xml()?;
+                    out.push(DomainInfo {
+                        name: d.name()?,
+                        uuid: d.uuid()?,
+                        disks: disk_targets(&xml).map_err(|message| LvError {
+                            code: 0,
+                            domain: 0,
+                            message,
+                        })?,
+                    });
+                }
+                out.sort();
+                Ok(out)
+            })
+        })
+    }
+
+    pub fn add_tenant(&mut self, name: &str, domain: &DomainInfo, disk: &str) {
+        self.tenants.insert(
+            name.to_string(),
+            Disk {
+                uuid: domain.uuid.clone(),
+                domain: domain.name.clone(),
+                target: disk.to_string(),
+            },
+        );
+    }
+
+    pub fn remove_tenant(&mut self, name: &str) -> bool {
+        self.tenants.remove(name).is_some()
+    }
+
+    pub fn has_tenant(&self, name: &str) -> bool {
+        self.tenants.contains_key(name)
+    }
+
+    fn disk(&self, name: &str) -> Result<Disk> {
+        self.tenants
+            .get(name)
+            .cloned()
+            .ok_or_else(|| HostError::UnknownTenant(name.to_string()))
+    }
+
+    /// A disk's limits now, to be put back later with [`LibvirtBackend::set_io_tune`].
+    pub fn io_tune(&mut self, name: &str) -> Result<IoTune> {
+        let d = self.disk(name)?;
+        let what = format!("reading the limits of {}/{}", d.domain, d.target);
+        self.call(&what, move |s| {
+            s.with(|c| {
+                let dom = c.domain_by_uuid(&d.uuid)?;
+                Ok(IoTune::from_params(&dom.block_io_tune(&d.target)?))
+            })
+        })
+    }
+
+    /// Sets a disk's limits as [`IoTune`] says (the six rates, and the
+    /// throttle group where it names one).
+    pub fn set_io_tune(&mut self, name: &str, tune: &IoTune) -> Result<()> {
+        let d = self.disk(name)?;
+        let tune = tune.clone();
+        let what = format!("setting the limits of {}/{}", d.domain, d.target);
+        self.call(&what, move |s| {
+            s.with(|c| {
+                let dom = c.domain_by_uuid(&d.uuid)?;
+                let group = match &tune.group_name {
+                    Some(g) => Some(std::ffi::CString::new(g.as_str()).map_err(|_| LvError {
+                        code: 0,
+                        domain: 0,
+                        message: "a group name with a NUL byte".into(),
+                    })?),
+                    None => None,
+                };
+                let mut params: Vec<TypedParam> = RATE_FIELDS
+                    .iter()
+                    .zip(tune.rates())
+                    .map(|(f, v)| TypedParam::ullong(f, v))
+                    .collect();
+                if let Some(g) = &group {
+                    params.push(TypedParam::string("group_name", g));
+                }
+                dom.set_block_io_tune(&d.target, &mut params)
+            })
+        })
+    }
+}
+
+/// Domain states libvirt reports; only a running domain issues I/O.
+fn state_name(state: i32) -> &'static str {
+    match state {
+        1 => "running",
+        2 => "blocked",
+        3 => "paused",
+        4 => "shutting down",
+        5 => "shut off",
+        6 => "crashed",
+        7 => "suspended by the guest",
+        _ => "unknown",
+    }
+}
+
+impl Backend for LibvirtBackend {
+    type Error = HostError;
+
+    fn read_counters(&mut self, tenant: &TenantSpec) -> Result<Counters> {
+        let d = self.disk(&tenant.name)?;
+        let what = format!("statistics of {}/{}", d.domain, d.target);
+        let (state, stats) = self.call(&what, move |s| {
+            s.with(|c| {
+                let dom = c.domain_by_uuid(&d.uuid)?;
+                let state = dom.state()?;
+                Ok((state, dom.block_stats(&d.target)?))
+            })
+        })?;
+        // A paused domain's counters stand still: read as idle, its share
+        // would be handed away and its floor reported met.
+        if state != 1 && state != 2 {
+            return Err(HostError::Unavailable(format!(
+                "domain `{}` is {}",
+                self.disk(&tenant.name)?.domain,
+                state_name(state)
+            )));
+        }
+        Ok(counters_from_stats(&stats))
+    }
+
+    fn read_device(&mut self) -> Option<DeviceCounters> {
+        None
+    }
+
+    fn apply_caps(&mut self, tenant: &TenantSpec, caps: &Caps) -> Result<()> {
+        self.set_io_tune(&tenant.name, &IoTune::of_caps(caps))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A live XML of libvirt 9.0 (Debian 12), shortened.
+    const XML: &str = r#"<domain type='qemu' id='3'>
+  <name>web-1</name>
+  <uuid>45d7044c-161a-47c0-adb9-42576888cba3</uuid>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw' cache='none' io='native'/>
+      <source file='/var/lib/libvirt/images/a.img'/>
+      <target dev='vda' bus='virtio'/>
+      <iotune><total_iops_sec>200</total_iops_sec></iotune>
+    </disk>
+    <disk type='file' device='cdrom'>
+      <target dev='sda' bus='sata'/>
+    </disk>
+    <disk type='file' device='disk'>
+      <source file='/var/lib/libvirt/images/b.img'/>
+      <target dev='vdb' bus='virtio'/>
+    </disk>
+  </devices>
+</domain>"#;
+
+    #[test]
+    fn disks_come_from_the_domain_xml_without_cdroms() {
+        assert_eq!(disk_targets(XML).unwrap(), ["vda", "vdb"]);
+        assert!(disk_targets("<domain><devices>").is_err());
+    }
+
+    #[test]
+    fn limits_read_back_and_written_as_libvirt_takes_them() {
+        let params = vec![
+            ("total_iops_sec".to_string(), ParamValue::Int(200)),
+            ("read_bytes_sec".to_string(), ParamValue::Int(1_000_000)),
+            (
+                "group_name".to_string(),
+                ParamValue::Text("/machine/peripheral/virtio-disk0/virtio-backend".into()),
+            ),
+        ];
+        let t = IoTune::from_params(&params);
+        assert_eq!(
+            (t.total_iops_sec, t.read_bytes_sec, t.group_name),
+            (200, 1_000_000, None)
+        );
+        let named = vec![("group_name".to_string(), ParamValue::Text("vm1".into()))];
+        assert_eq!(
+            IoTune::from_params(&named).group_name.as_deref(),
+            Some("vm1")
+        );
+
+        let caps = Caps {
+            read_iops: Some(199.2),
+            write_iops: None,
+            read_bps: None,
+            write_bps: Some(2e6),
+        };
+        let t = IoTune::of_caps(&caps);
+        assert_eq!(t.rates(), [0, 0, 2_000_000, 0, 200, 0]);
+        assert_eq!(
+            IoTune::of_caps(&Caps::NONE).rates(),
+            [0; 6],
+            "all zero: no limit"
+        );
+    }
+
+    #[test]
+    fn counters_and_latency_come_from_block_stats() {
+        let stats: Vec<(String, ParamValue)> = [
+            ("rd_operations", 120),
+            ("wr_operations", 30),
+            ("rd_bytes", 491520),
+            ("wr_bytes", 1966080),
+            ("rd_total_times", 60_000_000),
+            ("wr_total_times", 90_000_000),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), ParamValue::Int(*v)))
+        .collect();
+        let c = counters_from_stats(&stats);
+        assert_eq!(
+            (c.read_ios, c.write_ios, c.read_bytes, c.write_bytes),
+            (120, 30, 491520, 1966080)
+        );
+        assert_eq!(
+            (c.latency_ns_total, c.completions),
+            (Some(150_000_000), Some(150))
+        );
+    }
+
+    /// Without a libvirtd at the URI, a call fails with a message naming
+    /// it, and the tenant is unavailable, not idle.
+    #[test]
+    fn a_missing_daemon_is_an_unavailable_tenant() {
+        let mut b = LibvirtBackend::new(
+            "qemu+unix:///system?socket=/nonexistent/libvirt-sock",
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        match b.domains() {
+            Err(HostError::Unavailable(m)) | Err(HostError::Libvirt(m)) => {
+                assert!(m.contains("/nonexistent") || m.contains("libvirt"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
