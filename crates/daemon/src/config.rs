@@ -36,6 +36,7 @@ struct File {
     policy: Option<Spanned<PolicySection>>,
     api: Option<Spanned<ApiSection>>,
     cluster: Option<Spanned<ClusterSection>>,
+    libvirt: Option<Spanned<LibvirtSection>>,
     #[serde(default, rename = "device")]
     devices: Vec<Spanned<DeviceEntry>>,
     #[serde(default, rename = "tenant")]
@@ -108,6 +109,12 @@ struct ClusterSection {
     key_file: Option<PathBuf>,
 }
 
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LibvirtSection {
+    uri: Option<String>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DeviceEntry {
@@ -127,6 +134,10 @@ struct TenantEntry {
     cgroup: Option<String>,
     qmp: Option<String>,
     drive: Option<String>,
+    libvirt: Option<String>,
+    disk: Option<String>,
+    share: Option<Share>,
+    kubernetes: Option<String>,
     device: Option<String>,
     class: Option<TenantClass>,
     floor: Option<RateQ>,
@@ -221,6 +232,21 @@ pub enum TenantSource {
     Cgroup(String),
     /// A QEMU monitor socket (may be a glob) and the drive to control.
     Qmp { socket: String, drive: String },
+    /// A libvirt domain (name, glob of names, or UUID) and its disk
+    /// targets (`vda`, or a glob; `*`: all of them).
+    Libvirt { domain: String, disk: String },
+    /// Kubernetes pods' containers under the `kubepods` cgroup (relative to
+    /// the cgroup root, or `auto`: whichever cgroup driver made one), a
+    /// group per pod (crate::kubernetes).
+    Kubernetes { kubepods: String },
+}
+
+/// Who holds a tenant entry's floor, ceiling and weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Share {
+    /// Each VM (libvirt domain): its disks share them as one group.
+    Vm,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -236,6 +262,9 @@ pub struct TenantConfig {
     pub latency_sensitive: bool,
     /// The group its tenants are in (every match of a glob).
     pub group: Option<Arc<GroupSpec>>,
+    /// `share = "vm"`: the floor, ceiling and weight are each VM's, shared
+    /// by its disks (a group per VM, in `group` if given).
+    pub share: Option<Share>,
 }
 
 impl TenantSource {
@@ -243,12 +272,19 @@ impl TenantSource {
         match self {
             TenantSource::Cgroup(p) => p,
             TenantSource::Qmp { socket, .. } => socket,
+            TenantSource::Libvirt { domain, .. } => domain,
+            TenantSource::Kubernetes { kubepods } => kubepods,
         }
     }
 
     /// Whether the pattern matches many paths (each becomes a tenant).
     pub fn is_glob(&self) -> bool {
-        self.pattern().contains(['*', '?', '['])
+        let glob = |p: &str| p.contains(['*', '?', '[']);
+        match self {
+            TenantSource::Libvirt { domain, disk } => glob(domain) || glob(disk),
+            TenantSource::Kubernetes { .. } => true,
+            _ => glob(self.pattern()),
+        }
     }
 }
 
@@ -266,6 +302,8 @@ pub struct Config {
     pub tenants: Vec<TenantConfig>,
     /// The `[[group]]`s in file order (tenants hold theirs).
     pub groups: Vec<Arc<GroupSpec>>,
+    /// The libvirt connection URI (`[libvirt] uri`).
+    pub libvirt_uri: String,
     pub cluster: Option<ClusterConfig>,
 }
 
@@ -663,19 +701,56 @@ impl Checker<'_> {
                 "must be non-empty, without `/`, quotes or control characters",
             ));
         }
-        let source = match (t.cgroup, t.qmp, t.drive) {
-            (Some(c), None, None) => {
+        if t.libvirt.is_none() && t.disk.is_some() {
+            return Err(ValidationError::new(
+                "disk",
+                "goes with `libvirt` (a domain's disk)",
+            ));
+        }
+        if t.share.is_some() && t.libvirt.is_none() {
+            return Err(ValidationError::new(
+                "share",
+                "`share = \"vm\"` goes with `libvirt` (a VM's disks share its floor)",
+            ));
+        }
+        let source = match (t.cgroup, t.qmp, t.drive, t.libvirt, t.kubernetes) {
+            (None, None, None, None, Some(kubepods)) => {
+                if kubepods.trim().is_empty() || kubepods.split('/').any(|p| p == "..") {
+                    return Err(ValidationError::new(
+                        "kubernetes",
+                        "must be `auto` or the kubepods cgroup (`kubepods`, `kubepods.slice`), without `..`",
+                    ));
+                }
+                TenantSource::Kubernetes { kubepods }
+            }
+            (None, None, None, Some(domain), None) => {
+                if domain.trim().is_empty() {
+                    return Err(ValidationError::new(
+                        "libvirt",
+                        "must name a domain, a glob or a UUID",
+                    ));
+                }
+                let disk = t.disk.unwrap_or_else(|| "*".into());
+                if disk.is_empty() || disk.contains('/') {
+                    return Err(ValidationError::new(
+                        "disk",
+                        format!("`{disk}` is not a disk target such as `vda` (or a glob)"),
+                    ));
+                }
+                TenantSource::Libvirt { domain, disk }
+            }
+            (Some(c), None, None, None, None) => {
                 let c = c.trim_start_matches('/').to_string();
                 if c.split('/').any(|part| part == "..") {
                     return Err(ValidationError::new("cgroup", "`..` is not allowed"));
                 }
                 TenantSource::Cgroup(c)
             }
-            (None, Some(q), Some(drive)) => TenantSource::Qmp {
+            (None, Some(q), Some(drive), None, None) => TenantSource::Qmp {
                 socket: self.resolve(Path::new(&q)).display().to_string(),
                 drive,
             },
-            (None, Some(_), None) => {
+            (None, Some(_), None, None, None) => {
                 return Err(ValidationError::new(
                     "drive",
                     "`qmp` needs `drive` (the drive's id or qdev path)",
@@ -684,13 +759,13 @@ impl Checker<'_> {
             _ => {
                 return Err(ValidationError::new(
                     "cgroup",
-                    "give either `cgroup` or `qmp` with `drive`",
+                    "give one of `cgroup`, `qmp` with `drive`, `libvirt` or `kubernetes`",
                 ))
             }
         };
         let class = t.class.unwrap_or(match source {
-            TenantSource::Cgroup(_) => TenantClass::Container,
-            TenantSource::Qmp { .. } => TenantClass::Vm,
+            TenantSource::Cgroup(_) | TenantSource::Kubernetes { .. } => TenantClass::Container,
+            TenantSource::Qmp { .. } | TenantSource::Libvirt { .. } => TenantClass::Vm,
         });
         let device = match &t.device {
             Some(name) => devices
@@ -720,6 +795,7 @@ impl Checker<'_> {
             weight,
             latency_sensitive: t.latency_sensitive,
             group: None,
+            share: t.share,
         })
     }
 
@@ -855,6 +931,21 @@ impl Config {
         let mut tenants = check.tenants(file.tenants, &devices)?;
         let groups = check.groups(file.groups, &named, &mut tenants)?;
         let cluster = check.cluster(file.cluster, &devices, interval)?;
+        let libvirt_uri = match file.libvirt.map(|l| (l.span(), l.into_inner())) {
+            Some((span, LibvirtSection { uri: Some(uri) })) => {
+                if uri.trim().is_empty() || uri.contains('\0') {
+                    return Err(check.error(
+                        Some(&span),
+                        ValidationError::new(
+                            "libvirt.uri",
+                            "must be a libvirt URI such as qemu:///system",
+                        ),
+                    ));
+                }
+                uri
+            }
+            _ => iofloor_host::libvirt::DEFAULT_URI.to_string(),
+        };
         Ok(Config {
             file: path.to_path_buf(),
             interval,
@@ -869,6 +960,7 @@ impl Config {
             devices,
             tenants,
             groups,
+            libvirt_uri,
             cluster,
         })
     }
@@ -967,8 +1059,88 @@ weight = 200
         assert!(c.tenants[0].source.is_glob());
     }
 
+    /// The DaemonSet's ConfigMap holds a config this daemon takes.
+    #[test]
+    fn the_kubernetes_manifest_carries_a_valid_config() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kubernetes/daemonset.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut found = None;
+        for doc in serde_norway::Deserializer::from_str(&text) {
+            let v: serde_norway::Value = serde::Deserialize::deserialize(doc).unwrap();
+            if v["kind"].as_str() == Some("ConfigMap") {
+                found = v["data"]["iofloor.toml"].as_str().map(str::to_string);
+            }
+        }
+        let toml = found.expect("a ConfigMap with iofloor.toml");
+        let c = Config::parse(&toml, Path::new("/etc/iofloor/iofloor.toml")).unwrap();
+        assert_eq!(
+            c.tenants[0].source,
+            TenantSource::Kubernetes {
+                kubepods: "auto".into()
+            }
+        );
+        assert_eq!(
+            c.cgroup_root.as_deref(),
+            Some(Path::new("/host/sys/fs/cgroup"))
+        );
+    }
+
     fn error_of(text: &str) -> ConfigError {
         parse(text).unwrap_err()
+    }
+
+    #[test]
+    fn libvirt_tenants_parse_and_refuse_bad_entries() {
+        let device = "[[device]]\nname = \"data\"\nid = \"7:0\"\nmodel = { rbps = 1e9, rseqiops = 1e3, rrandiops = 1e3, wbps = 1e9, wseqiops = 1e3, wrandiops = 1e3 }\n";
+        let with = |rest: &str| format!("{device}\n{rest}");
+        let c = parse(&with(
+            "[libvirt]\nuri = \"qemu+ssh://host/system\"\n\n[[tenant]]\nname = \"web\"\nlibvirt = \"web-*\"\nshare = \"vm\"\nfloor = \"500 IOPS\"\n\n[[tenant]]\nname = \"db\"\nlibvirt = \"45d7044c-161a-47c0-adb9-42576888cba3\"\ndisk = \"vdb\"\n",
+        ))
+        .unwrap();
+        assert_eq!(c.libvirt_uri, "qemu+ssh://host/system");
+        assert_eq!(
+            c.tenants[0].source,
+            TenantSource::Libvirt {
+                domain: "web-*".into(),
+                disk: "*".into()
+            }
+        );
+        assert_eq!(c.tenants[0].share, Some(Share::Vm));
+        assert_eq!(c.tenants[0].class, TenantClass::Vm);
+        assert!(c.tenants[0].source.is_glob() && !c.tenants[1].source.is_glob());
+        let plain = parse(&with("[[tenant]]\nname = \"a\"\ncgroup = \"a\"\n")).unwrap();
+        assert_eq!(plain.libvirt_uri, "qemu:///system");
+
+        let e = error_of(&with(
+            "[[tenant]]\nname = \"a\"\ncgroup = \"a\"\nshare = \"vm\"\n",
+        ));
+        assert!(
+            e.message.contains("`tenant[0].share`") && e.message.contains("goes with `libvirt`"),
+            "{e}"
+        );
+        let e = error_of(&with(
+            "[[tenant]]\nname = \"a\"\ncgroup = \"a\"\ndisk = \"vda\"\n",
+        ));
+        assert!(
+            e.message.contains("`tenant[0].disk` goes with `libvirt`"),
+            "{e}"
+        );
+        let e = error_of(&with(
+            "[[tenant]]\nname = \"a\"\nlibvirt = \"vm\"\ncgroup = \"a\"\n",
+        ));
+        assert!(e.message.contains("give one of `cgroup`"), "{e}");
+        let e = error_of(&with(
+            "[[tenant]]\nname = \"a\"\nlibvirt = \"vm\"\ndisk = \"../vda\"\n",
+        ));
+        assert!(e.message.contains("`tenant[0].disk`"), "{e}");
+        let e = error_of(&with(
+            "[[tenant]]\nname = \"a\"\nlibvirt = \"vm\"\nshare = \"pod\"\n",
+        ));
+        assert!(e.message.contains("unknown variant `pod`"), "{e}");
+        assert_eq!(e.line, Some(9), "{e}");
+        let e = error_of(&with("[libvirt]\nuri = \"\"\n"));
+        assert!(e.message.contains("`libvirt.uri`"), "{e}");
     }
 
     #[test]

@@ -1,8 +1,10 @@
-//! Finding the tenants a config names: cgroup directories and QEMU monitor
-//! sockets, either one path or a glob whose every match is a tenant (pods,
-//! systemd slices, VMs that come and go). Run each interval.
+//! Finding the tenants a config names: cgroup directories, QEMU monitor
+//! sockets and libvirt domains' disks, either one of them or a glob whose
+//! every match is a tenant (pods, systemd slices, VMs that come and go). Run
+//! each interval.
 
 use crate::config::{Config, TenantSource};
+use iofloor_host::libvirt::DomainInfo;
 use std::path::{Path, PathBuf};
 
 /// A tenant found on the host.
@@ -23,6 +25,13 @@ pub enum FoundKind {
         socket: PathBuf,
         drive: String,
     },
+    /// A libvirt domain's disk; the domain known by its UUID (a name can
+    /// be reused by another domain).
+    Libvirt {
+        domain: String,
+        uuid: String,
+        disk: String,
+    },
 }
 
 impl Found {
@@ -31,6 +40,7 @@ impl Found {
         match &self.kind {
             FoundKind::Cgroup(rel) => cgroup_root.join(rel),
             FoundKind::Qmp { socket, .. } => socket.clone(),
+            FoundKind::Libvirt { domain, disk, .. } => format!("libvirt:{domain}/{disk}").into(),
         }
     }
 }
@@ -80,9 +90,26 @@ fn matches(base: &Path, pattern: &str, want_dir: bool) -> Vec<(PathBuf, String)>
     out
 }
 
+/// Whether a libvirt domain pattern is a UUID (matched exactly) rather
+/// than a name or a glob of names.
+fn is_uuid(pattern: &str) -> bool {
+    pattern.len() == 36
+        && pattern.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+/// A glob that matches `name` (a pattern that is not a glob matches itself).
+fn glob_matches(pattern: &str, name: &str) -> bool {
+    glob::Pattern::new(pattern).is_ok_and(|p| p.matches(name))
+}
+
 /// All tenants of `config` present now, sorted by name. A name found twice
-/// (two entries matching the same cgroup) keeps its first entry.
-pub fn discover(config: &Config, cgroup_root: &Path) -> Vec<Found> {
+/// (two entries matching the same cgroup) keeps its first entry. `domains`
+/// is what libvirt lists now (`None` when it could not be asked: no
+/// libvirt tenant is found then, and the caller keeps the ones it has).
+pub fn discover(config: &Config, cgroup_root: &Path, domains: Option<&[DomainInfo]>) -> Vec<Found> {
     let mut found: Vec<Found> = Vec::new();
     for (entry, t) in config.tenants.iter().enumerate() {
         let glob = t.source.is_glob();
@@ -116,6 +143,49 @@ pub fn discover(config: &Config, cgroup_root: &Path) -> Vec<Found> {
                             drive: drive.clone(),
                         },
                     });
+                }
+            }
+            TenantSource::Kubernetes { kubepods } => {
+                let Some(kp) = crate::kubernetes::kubepods(cgroup_root, kubepods) else {
+                    continue;
+                };
+                for c in crate::kubernetes::containers(cgroup_root, &kp) {
+                    found.push(Found {
+                        name: crate::kubernetes::names(&t.name, &c).0,
+                        entry,
+                        kind: FoundKind::Cgroup(c.cgroup),
+                    });
+                }
+            }
+            TenantSource::Libvirt { domain, disk } => {
+                let by_uuid = is_uuid(domain);
+                let domain_glob = !by_uuid && domain.contains(['*', '?', '[']);
+                let disk_glob = disk.contains(['*', '?', '[']);
+                for d in domains.unwrap_or_default() {
+                    let hit = if by_uuid {
+                        d.uuid.eq_ignore_ascii_case(domain)
+                    } else {
+                        glob_matches(domain, &d.name)
+                    };
+                    if !hit {
+                        continue;
+                    }
+                    for target in d.disks.iter().filter(|t| glob_matches(disk, t)) {
+                        let name = match (domain_glob, disk_glob) {
+                            (true, _) => format!("{}/{}/{target}", t.name, d.name),
+                            (false, true) => format!("{}/{target}", t.name),
+                            (false, false) => t.name.clone(),
+                        };
+                        found.push(Found {
+                            name,
+                            entry,
+                            kind: FoundKind::Libvirt {
+                                domain: d.name.clone(),
+                                uuid: d.uuid.clone(),
+                                disk: target.clone(),
+                            },
+                        });
+                    }
                 }
             }
         }
@@ -159,7 +229,7 @@ mod tests {
              [[tenant]]\nname = \"vms\"\nqmp = \"{}/vm-*.qmp\"\ndrive = \"drive0\"\n",
             root.path().display()
         ));
-        let found = discover(&c, root.path());
+        let found = discover(&c, root.path(), None);
         let names: Vec<&str> = found.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(
             names,
@@ -186,7 +256,7 @@ mod tests {
 
         std::fs::remove_dir(root.path().join("kubepods/burstable/pod1")).unwrap();
         assert_eq!(
-            discover(&c, root.path()).len(),
+            discover(&c, root.path(), None).len(),
             4,
             "a vanished cgroup is no longer found"
         );

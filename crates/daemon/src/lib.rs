@@ -12,6 +12,7 @@
 pub mod api;
 pub mod config;
 pub mod discovery;
+pub mod kubernetes;
 pub mod limits;
 pub mod memory;
 pub mod metrics;

@@ -36,6 +36,14 @@ pub enum Original {
         drive: String,
         limits: serde_json::Value,
     },
+    /// A libvirt domain's disk limits (`virDomainGetBlockIoTune`).
+    Libvirt {
+        uri: String,
+        uuid: String,
+        domain: String,
+        disk: String,
+        tune: iofloor_host::libvirt::IoTune,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -52,6 +52,7 @@ impl UsageView {
 pub enum SourceKind {
     Cgroup,
     Qmp,
+    Libvirt,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,20 +1,26 @@
 //! Finding tenants, adopting them (their limits recorded on disk before
 //! anything is written to them) and releasing them (those limits put back).
 
-use super::{Patch, Service, Tenant, QMP_TIMEOUT};
-use crate::config::TenantConfig;
+use super::{Patch, Service, Tenant, LIBVIRT_TIMEOUT, QMP_TIMEOUT};
+use crate::config::{Share, TenantConfig, TenantSource};
 use crate::discovery::{discover, Found, FoundKind};
 use crate::ownership::{Entry, Original, Ownership};
+use iofloor_core::GroupSpec;
 use iofloor_core::{Caps, TenantSpec};
-use iofloor_host::qmp_backend::{QmpBackend, QmpTarget};
+use iofloor_host::libvirt::{DomainInfo, LibvirtBackend};
+use iofloor_host::qmp_backend::{HybridBackend, QmpBackend, QmpTarget};
 use iofloor_host::HostError;
 use std::path::Path;
 use std::sync::Arc;
 use tracing::{debug, info, warn};
 
-pub(super) fn spec_of(t: &TenantConfig, name: &str, patch: Option<&Patch>) -> TenantSpec {
+/// A found tenant's promise from its config entry and the API's changes.
+/// With `share = "vm"` the entry's floor, ceiling and weight are its VM's:
+/// the disk is a member of a group per domain (named as the entry, or
+/// `entry/domain` for a glob of domains) that holds them.
+pub(super) fn spec_of(t: &TenantConfig, found: &Found, patch: Option<&Patch>) -> TenantSpec {
     let mut spec = TenantSpec {
-        name: name.to_string(),
+        name: found.name.clone(),
         class: t.class,
         floor: t.floor,
         ceiling: t.ceiling,
@@ -22,6 +28,45 @@ pub(super) fn spec_of(t: &TenantConfig, name: &str, patch: Option<&Patch>) -> Te
         latency_sensitive: t.latency_sensitive,
         group: t.group.clone(),
     };
+    if let (
+        Some(Share::Vm),
+        FoundKind::Libvirt { domain, .. },
+        TenantSource::Libvirt {
+            domain: pattern, ..
+        },
+    ) = (t.share, &found.kind, &t.source)
+    {
+        let per_domain = pattern.contains(['*', '?', '[']);
+        spec.group = Some(Arc::new(GroupSpec {
+            name: if per_domain {
+                format!("{}/{domain}", t.name)
+            } else {
+                t.name.clone()
+            },
+            floor: t.floor,
+            ceiling: t.ceiling,
+            weight: t.weight,
+            parent: t.group.clone(),
+        }));
+        spec.floor = None;
+        spec.ceiling = None;
+        spec.weight = iofloor_core::model::DEFAULT_WEIGHT;
+    }
+    if let (TenantSource::Kubernetes { .. }, FoundKind::Cgroup(rel)) = (&t.source, &found.kind) {
+        // A pod's containers share its floor, ceiling and weight.
+        if let Some(uid) = crate::kubernetes::pod_of(rel) {
+            spec.group = Some(Arc::new(GroupSpec {
+                name: format!("{}/{uid}", t.name),
+                floor: t.floor,
+                ceiling: t.ceiling,
+                weight: t.weight,
+                parent: t.group.clone(),
+            }));
+            spec.floor = None;
+            spec.ceiling = None;
+            spec.weight = iofloor_core::model::DEFAULT_WEIGHT;
+        }
+    }
     if let Some(p) = patch {
         super::patch::apply_patch(&mut spec, p);
     }
@@ -71,9 +116,13 @@ pub(super) struct FailedAdoption {
     next_try: u64,
 }
 
-/// Puts one tenant's original limits back, through `qmp` when the daemon is
-/// connected to that monitor (a QMP socket serves one client at a time).
-fn restore(tenant: &str, original: &Original, qmp: Option<&mut QmpBackend>) -> anyhow::Result<()> {
+/// Puts one tenant's original limits back, through the device's backends
+/// when the daemon has them (a QMP socket serves one client at a time).
+fn restore(
+    tenant: &str,
+    original: &Original,
+    backend: Option<&mut HybridBackend>,
+) -> anyhow::Result<()> {
     match original {
         Original::Cgroup {
             root,
@@ -95,7 +144,7 @@ fn restore(tenant: &str, original: &Original, qmp: Option<&mut QmpBackend>) -> a
             if !socket.exists() {
                 return Ok(());
             }
-            let result = match qmp {
+            let result = match backend.map(|b| &mut b.qmp) {
                 Some(q) if q.has_tenant(tenant) => q.set_drive_throttle(tenant, limits),
                 _ => {
                     let mut q = QmpBackend::new(QMP_TIMEOUT);
@@ -107,6 +156,36 @@ fn restore(tenant: &str, original: &Original, qmp: Option<&mut QmpBackend>) -> a
                 // A stale socket of a QEMU that is gone: its throttle went with it.
                 Err(HostError::Io { source, .. })
                     if source.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                other => other?,
+            }
+        }
+        Original::Libvirt {
+            uri,
+            uuid,
+            domain,
+            disk,
+            tune,
+        } => {
+            let result = match backend.and_then(|b| b.libvirt.as_mut()) {
+                Some(l) if l.has_tenant(tenant) => l.set_io_tune(tenant, tune),
+                _ => {
+                    let mut l = LibvirtBackend::new(uri, LIBVIRT_TIMEOUT)?;
+                    let info = DomainInfo {
+                        name: domain.clone(),
+                        uuid: uuid.clone(),
+                        disks: vec![disk.clone()],
+                    };
+                    l.add_tenant(tenant, &info, disk);
+                    l.set_io_tune(tenant, tune)
+                }
+            };
+            match result {
+                // A domain that is gone or stopped took its live limits
+                // with it (they are not in its persistent config).
+                Err(HostError::Unavailable(m))
+                    if m.contains("not running")
+                        || m.contains("Domain not found")
+                        || m.contains("no domain") => {}
                 other => other?,
             }
         }
@@ -124,7 +203,7 @@ impl Service {
         let d = &mut self.devices[t.device];
         d.controller.remove_tenant(name);
         let restored = match self.ownership.get(name).map(|e| e.original.clone()) {
-            Some(original) => match restore(name, &original, Some(&mut d.backend.qmp)) {
+            Some(original) => match restore(name, &original, Some(&mut d.backend)) {
                 Ok(()) => true,
                 Err(e) => {
                     warn!(tenant = %name, "could not restore its limits: {e}");
@@ -134,6 +213,9 @@ impl Service {
             None => true,
         };
         d.backend.qmp.remove_tenant(name);
+        if let Some(l) = d.backend.libvirt.as_mut() {
+            l.remove_tenant(name);
+        }
         if let FoundKind::Cgroup(_) = t.found.kind {
             d.backend.cgroups.remove_tenant(name);
         }
@@ -155,7 +237,7 @@ impl Service {
     /// which [`Service::reconcile`] writes before anything is written to it.
     pub(super) fn adopt(&mut self, found: Found) {
         let device = self.config.tenants[found.entry].device;
-        let spec = Arc::new(self.spec_for(found.entry, &found.name));
+        let spec = Arc::new(self.spec_for(found.entry, &found));
         let d = &mut self.devices[device];
         // A tenant whose restore failed when it was released is still in the
         // state file with its true originals: what it has now is iofloor's
@@ -173,9 +255,51 @@ impl Service {
                         drive: dr,
                     },
                 ) => socket == s && drive == dr,
+                (
+                    Original::Libvirt { uuid, disk, .. },
+                    FoundKind::Libvirt {
+                        uuid: u, disk: dk, ..
+                    },
+                ) => uuid == u && disk == dk,
                 _ => false,
             });
+        let libvirt_uri = self.config.libvirt_uri.clone();
         let original = match (&found.kind, kept) {
+            (FoundKind::Libvirt { domain, uuid, disk }, kept) => {
+                let l = match d.backend.libvirt.as_mut() {
+                    Some(l) => l,
+                    None => match LibvirtBackend::new(&libvirt_uri, LIBVIRT_TIMEOUT) {
+                        Ok(l) => d.backend.libvirt.insert(l),
+                        Err(e) => {
+                            self.log_error(&found.name, &format!("cannot adopt: {e}"));
+                            return;
+                        }
+                    },
+                };
+                let info = DomainInfo {
+                    name: domain.clone(),
+                    uuid: uuid.clone(),
+                    disks: vec![disk.clone()],
+                };
+                l.add_tenant(&found.name, &info, disk);
+                match kept {
+                    Some(kept) => kept,
+                    None => match l.io_tune(&found.name) {
+                        Ok(tune) => Original::Libvirt {
+                            uri: libvirt_uri,
+                            uuid: uuid.clone(),
+                            domain: domain.clone(),
+                            disk: disk.clone(),
+                            tune,
+                        },
+                        Err(e) => {
+                            l.remove_tenant(&found.name);
+                            self.log_error(&found.name, &format!("cannot adopt: {e}"));
+                            return;
+                        }
+                    },
+                }
+            }
             (FoundKind::Qmp { socket, drive }, Some(kept)) => {
                 d.backend.qmp.add_tenant(
                     &found.name,
@@ -257,6 +381,9 @@ impl Service {
             d.controller.remove_tenant(name);
             d.backend.qmp.remove_tenant(name);
             d.backend.cgroups.remove_tenant(name);
+            if let Some(l) = d.backend.libvirt.as_mut() {
+                l.remove_tenant(name);
+            }
         }
         self.ownership.forget(name);
     }
@@ -294,16 +421,72 @@ impl Service {
             .is_none_or(|f| self.ticks >= f.next_try)
     }
 
+    /// The libvirt domains now, where the config names any; `None` when
+    /// libvirt cannot be asked (logged once per outage).
+    fn libvirt_domains(&mut self) -> Option<Vec<DomainInfo>> {
+        use crate::config::TenantSource;
+        let wanted = self
+            .config
+            .tenants
+            .iter()
+            .any(|t| matches!(t.source, TenantSource::Libvirt { .. }));
+        if !wanted {
+            self.libvirt = None;
+            return Some(Vec::new());
+        }
+        if self
+            .libvirt
+            .as_ref()
+            .is_none_or(|l| l.uri() != self.config.libvirt_uri)
+        {
+            match LibvirtBackend::new(&self.config.libvirt_uri, LIBVIRT_TIMEOUT) {
+                Ok(l) => self.libvirt = Some(l),
+                Err(e) => {
+                    self.libvirt_down(&e.to_string());
+                    return None;
+                }
+            }
+        }
+        let answer = self.libvirt.as_mut().map(|l| l.domains());
+        match answer {
+            Some(Ok(domains)) => {
+                if self.libvirt_error.take().is_some() {
+                    info!(uri = %self.config.libvirt_uri, "libvirt answers again");
+                }
+                Some(domains)
+            }
+            Some(Err(e)) => {
+                self.libvirt_down(&e.to_string());
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn libvirt_down(&mut self, message: &str) {
+        if self.libvirt_error.as_deref() != Some(message) {
+            warn!(uri = %self.config.libvirt_uri, "libvirt cannot be asked for its domains: {message}; its tenants are kept, unavailable, until it answers");
+            self.libvirt_error = Some(message.to_string());
+        }
+    }
+
     /// Finds tenants, adopts new ones, drops vanished ones.
     pub(super) fn reconcile(&mut self) {
-        let found = discover(&self.config, &self.cgroup_root);
+        let domains = self.libvirt_domains();
+        let found = discover(&self.config, &self.cgroup_root, domains.as_deref());
         let present: std::collections::HashSet<&str> =
             found.iter().map(|f| f.name.as_str()).collect();
+        // libvirt that could not be asked says nothing of its domains: its
+        // tenants stay (unavailable while it cannot be read), never dropped.
+        let libvirt_unknown = domains.is_none();
         let gone: Vec<String> = self
             .tenants
-            .keys()
-            .filter(|n| !present.contains(n.as_str()))
-            .cloned()
+            .iter()
+            .filter(|(n, t)| {
+                let kept = libvirt_unknown && matches!(t.found.kind, FoundKind::Libvirt { .. });
+                !(present.contains(n.as_str()) || kept)
+            })
+            .map(|(n, _)| n.clone())
             .collect();
         for name in gone {
             info!(tenant = %name, "gone; dropped");

@@ -121,6 +121,7 @@ pub(super) fn build_device(
     let backend = HybridBackend {
         cgroups: CgroupBackend::new(io, Some(iofloor_host::diskstats::DiskStats::proc(d.id))),
         qmp: QmpBackend::new(QMP_TIMEOUT),
+        libvirt: None,
     };
     Ok(DeviceLoop {
         config: d.clone(),

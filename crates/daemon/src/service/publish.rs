@@ -109,6 +109,7 @@ impl Service {
             source: match t.found.kind {
                 FoundKind::Cgroup(_) => SourceKind::Cgroup,
                 FoundKind::Qmp { .. } => SourceKind::Qmp,
+                FoundKind::Libvirt { .. } => SourceKind::Libvirt,
             },
             path: t.found.path(&self.cgroup_root).display().to_string(),
             device: d.state.device.clone(),

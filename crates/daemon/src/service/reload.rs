@@ -91,7 +91,7 @@ impl Service {
             });
             match kept {
                 Some(i) => {
-                    let spec = Arc::new(self.spec_for(i, &name));
+                    let spec = Arc::new(self.spec_for(i, &self.tenants[&name].found));
                     let t = self.tenants.get_mut(&name).expect("listed above");
                     t.found.entry = i;
                     self.devices[t.device].controller.update_spec(spec.clone());

@@ -10,6 +10,7 @@ mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
 mod harness;
+mod libvirt;
 mod load;
 
 use common::{real_environment, TestRig};
@@ -1314,5 +1315,164 @@ floor = "100 IOPS"
                 path.display()
             );
         }
+    }
+}
+
+/// Kubernetes pods as tenants, against a recorded cgroup v2 tree as the
+/// systemd driver lays it out (this machine has no v2 io controller and no
+/// kubelet): each container a tenant named by its pod's UID, each pod a
+/// group holding the entry's floor, CRI-O's conmon left alone, caps in v2
+/// syntax on the containers and put back on SIGTERM.
+#[test]
+fn the_daemon_finds_pods_by_their_cgroups_and_gives_each_pod_its_floor() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let device = harness::LoopDevice::new(&scratch.path().join("k8s.img"), 16 << 20);
+    let dev = iofloor_host::DevId::of_block_device(std::path::Path::new(&device.device))
+        .unwrap()
+        .to_string();
+    let root = scratch.path().join("cgroup");
+    let (pod1, pod2) = (
+        "0a1b2c3d-4e5f-6789-abcd-ef0123456789",
+        "11111111-2222-3333-4444-555555555555",
+    );
+    let id = |c: char| c.to_string().repeat(64);
+    let burstable = format!(
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+        pod1.replace('-', "_")
+    );
+    let besteffort = format!(
+        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+        pod2.replace('-', "_")
+    );
+    let leaves = [
+        format!("{burstable}/cri-containerd-{}.scope", id('a')),
+        format!("{burstable}/cri-containerd-{}.scope", id('b')),
+        format!("{besteffort}/crio-{}.scope", id('c')),
+    ];
+    let conmon = format!("{besteffort}/crio-conmon-{}.scope", id('c'));
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(
+        root.join("cgroup.controllers"),
+        "cpuset cpu io memory pids\n",
+    )
+    .unwrap();
+    for dir in leaves.iter().chain([&conmon]) {
+        let d = root.join(dir);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("io.max"), "").unwrap();
+        std::fs::write(d.join("io.weight"), "default 100\n").unwrap();
+        std::fs::write(
+            d.join("io.stat"),
+            format!("{dev} rbytes=0 wbytes=0 rios=0 wios=0 dbytes=0 dios=0\n"),
+        )
+        .unwrap();
+    }
+    // Container a reads 900 I/Os a second, c 200, b nothing: the kernel's
+    // counters, written as it would.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        let (a, c) = (
+            root.join(&leaves[0]).join("io.stat"),
+            root.join(&leaves[2]).join("io.stat"),
+        );
+        let dev = dev.clone();
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = started.elapsed().as_secs_f64();
+                for (path, rate) in [(&a, 900.0), (&c, 200.0)] {
+                    let rios = (t * rate) as u64;
+                    let text = format!(
+                        "{dev} rbytes={} wbytes=0 rios={rios} wios=0 dbytes=0 dios=0\n",
+                        rios * 4096
+                    );
+                    std::fs::write(path, text).unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let text = format!(
+        r#"interval = "500ms"
+state_file = "{{dir}}/state.json"
+cgroup_root = "{}"
+[api]
+listen = "127.0.0.1:{{port}}"
+[[device]]
+id = "{dev}"
+model = {{ rbps = 1e9, rseqiops = 1000, rrandiops = 1000, wbps = 1e9, wseqiops = 1000, wrandiops = 1000 }}
+[[tenant]]
+name = "pods"
+kubernetes = "auto"
+floor = "300 IOPS"
+"#,
+        root.display()
+    );
+    let mut daemon = Daemon::start(&text);
+    let a = format!("pods/{pod1}/aaaaaaaaaaaa");
+    let c = format!("pods/{pod2}/cccccccccccc");
+    let v = daemon.wait_for(
+        "pod containers read and the busy one capped",
+        Duration::from_secs(15),
+        |v| {
+            tenant(v, &a)["usage"]["read_iops"]
+                .as_f64()
+                .is_some_and(|r| r > 500.0)
+                && tenant(v, &c)["usage"]["read_iops"]
+                    .as_f64()
+                    .is_some_and(|r| r > 100.0)
+                && tenant(v, &a)["caps"]["read_iops"].is_number()
+        },
+    );
+    let listed = names(&v);
+    assert_eq!(
+        listed,
+        [a.clone(), format!("pods/{pod1}/bbbbbbbbbbbb"), c.clone()],
+        "one tenant per container, conmon left alone"
+    );
+    assert_eq!(
+        tenant(&v, &a)["groups"],
+        serde_json::json!([format!("pods/{pod1}")])
+    );
+    assert_eq!(
+        tenant(&v, &c)["groups"],
+        serde_json::json!([format!("pods/{pod2}")])
+    );
+    assert_eq!(
+        tenant(&v, &a)["floor"],
+        Value::Null,
+        "the floor is the pod's"
+    );
+    // The busy pod is held so that the other pod keeps its 300 (of a
+    // 1,000-IOPS device): a's cap leaves room for c's pod floor.
+    let cap = tenant(&v, &a)["caps"]["read_iops"].as_f64().unwrap();
+    assert!((300.0..=700.0 * 1.05).contains(&cap), "cap {cap}");
+    let written = std::fs::read_to_string(root.join(&leaves[0]).join("io.max")).unwrap();
+    assert!(
+        written.starts_with(&format!("{dev} ")) && written.contains("riops="),
+        "{written}"
+    );
+    let (_, admission) = daemon.get("/api/v1/admission");
+    let rows = admission["devices"][0]["tenants"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r["group"] == true && r["name"] == format!("pods/{pod1}")),
+        "each pod's floor counted: {admission}"
+    );
+    let (status, _) = daemon.terminate();
+    assert!(status.success(), "{}", daemon.log_text());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    for leaf in &leaves {
+        let now = std::fs::read_to_string(root.join(leaf).join("io.max")).unwrap();
+        assert!(
+            !now.contains("riops=") || now.contains("riops=max"),
+            "{leaf}: restored: {now}"
+        );
     }
 }
