@@ -267,6 +267,18 @@ pub struct TenantConfig {
     pub share: Option<Share>,
 }
 
+impl TenantConfig {
+    /// The key its source is written under.
+    fn source_key(&self) -> &'static str {
+        match self.source {
+            TenantSource::Cgroup(_) => "cgroup",
+            TenantSource::Qmp { .. } => "qmp",
+            TenantSource::Libvirt { .. } => "libvirt",
+            TenantSource::Kubernetes { .. } => "kubernetes",
+        }
+    }
+}
+
 impl TenantSource {
     pub fn pattern(&self) -> &str {
         match self {
@@ -819,7 +831,19 @@ impl Checker<'_> {
             if tenants.iter().any(|o| o.name == t.name) {
                 return Err(located(ValidationError::new("name", "used twice")));
             }
-            tenants.push(self.tenant(t, devices).map_err(located)?);
+            let tenant = self.tenant(t, devices).map_err(located)?;
+            // One cgroup, drive or disk is one tenant, in one group: two
+            // entries naming it would give it two promises.
+            if let Some(j) = tenants.iter().position(|o| o.source == tenant.source) {
+                return Err(located(ValidationError::new(
+                    tenant.source_key(),
+                    format!(
+                        "`{}` is `tenant[{j}]`'s too: a tenant is named once (and is in one group)",
+                        tenant.source.pattern()
+                    ),
+                )));
+            }
+            tenants.push(tenant);
         }
         Ok(tenants)
     }
@@ -1139,6 +1163,12 @@ weight = 200
         ));
         assert!(e.message.contains("unknown variant `pod`"), "{e}");
         assert_eq!(e.line, Some(9), "{e}");
+        let e = error_of(&with("[[tenant]]\nname = \"a\"\ncgroup = \"x/y\"\n\n[[tenant]]\nname = \"b\"\ncgroup = \"/x/y\"\n"));
+        assert!(
+            e.message
+                .contains("`tenant[1].cgroup` `x/y` is `tenant[0]`'s too"),
+            "{e}"
+        );
         let e = error_of(&with("[libvirt]\nuri = \"\"\n"));
         assert!(e.message.contains("`libvirt.uri`"), "{e}");
     }

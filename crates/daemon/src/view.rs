@@ -252,6 +252,19 @@ pub struct TenantList {
 }
 
 /// Everything the API reads, replaced or appended to once per interval.
+fn push_point(history: &mut BTreeMap<String, VecDeque<Point>>, name: &str, point: Point) {
+    let h = match history.get_mut(name) {
+        Some(h) => h,
+        None => history
+            .entry(name.to_string())
+            .or_insert_with(|| VecDeque::with_capacity(HISTORY)),
+    };
+    if h.len() == HISTORY {
+        h.pop_front();
+    }
+    h.push_back(point);
+}
+
 #[derive(Debug, Clone)]
 pub struct View {
     pub status: Status,
@@ -262,12 +275,13 @@ pub struct View {
 }
 
 impl View {
+    /// Adds a point to a tenant's history, the oldest going past
+    /// [`HISTORY`]. A history is allocated whole with its first point: a
+    /// daemon's memory then follows how many tenants it has, not how long
+    /// they have lived (growing by doubling, each history's memory rose for
+    /// its first five minutes, to 1,024 points' worth).
     pub fn push_point(&mut self, name: &str, point: Point) {
-        let h = self.history.entry(name.to_string()).or_default();
-        if h.len() == HISTORY {
-            h.pop_front();
-        }
-        h.push_back(point);
+        push_point(&mut self.history, name, point);
     }
 
     pub fn tick(&self) -> Tick {
@@ -289,5 +303,36 @@ impl View {
                 })
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(t: f64) -> Point {
+        Point {
+            t,
+            iops: 1.0,
+            bytes_per_sec: 4096.0,
+            cost: 0.001,
+            latency_us: None,
+            capped: false,
+        }
+    }
+
+    #[test]
+    fn a_history_is_allocated_whole_and_keeps_the_last_points() {
+        let mut history = BTreeMap::new();
+        push_point(&mut history, "a", point(0.0));
+        let capacity = history["a"].capacity();
+        assert!((HISTORY..HISTORY + 16).contains(&capacity), "{capacity}");
+        for i in 1..(2 * HISTORY) {
+            push_point(&mut history, "a", point(i as f64));
+        }
+        let h = &history["a"];
+        assert_eq!(h.len(), HISTORY);
+        assert_eq!(h.capacity(), capacity, "never grown");
+        assert_eq!(h.front().unwrap().t, HISTORY as f64);
     }
 }

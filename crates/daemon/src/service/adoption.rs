@@ -463,6 +463,45 @@ impl Service {
         }
     }
 
+    /// A libvirt entry naming one domain (or disk) that libvirt does not
+    /// have is logged once, and once more when it appears; it is looked for
+    /// again every interval.
+    fn note_missing_domains(&mut self, domains: &[DomainInfo], found: &[Found]) {
+        use crate::config::TenantSource;
+        for (entry, t) in self.config.tenants.iter().enumerate() {
+            let TenantSource::Libvirt { domain, disk } = &t.source else {
+                continue;
+            };
+            let missing =
+                if found.iter().any(|f| f.entry == entry) || domain.contains(['*', '?', '[']) {
+                    None
+                } else if let Some(d) = domains
+                    .iter()
+                    .find(|d| d.name == *domain || d.uuid.eq_ignore_ascii_case(domain))
+                {
+                    Some(format!(
+                        "libvirt domain `{}` has no disk `{disk}` (its disks: {})",
+                        d.name,
+                        d.disks.join(", ")
+                    ))
+                } else {
+                    Some(format!("libvirt has no running domain `{domain}`"))
+                };
+            match missing {
+                Some(m) => {
+                    if self.libvirt_missing.insert(t.name.clone()) {
+                        warn!(tenant = %t.name, "{m}; looked for again each interval");
+                    }
+                }
+                None => {
+                    if self.libvirt_missing.remove(&t.name) {
+                        info!(tenant = %t.name, "libvirt domain found");
+                    }
+                }
+            }
+        }
+    }
+
     fn libvirt_down(&mut self, message: &str) {
         if self.libvirt_error.as_deref() != Some(message) {
             warn!(uri = %self.config.libvirt_uri, "libvirt cannot be asked for its domains: {message}; its tenants are kept, unavailable, until it answers");
@@ -474,6 +513,9 @@ impl Service {
     pub(super) fn reconcile(&mut self) {
         let domains = self.libvirt_domains();
         let found = discover(&self.config, &self.cgroup_root, domains.as_deref());
+        if let Some(domains) = &domains {
+            self.note_missing_domains(domains, &found);
+        }
         let present: std::collections::HashSet<&str> =
             found.iter().map(|f| f.name.as_str()).collect();
         // libvirt that could not be asked says nothing of its domains: its

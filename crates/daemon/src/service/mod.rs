@@ -132,6 +132,8 @@ pub struct Service {
     /// error it last gave, logged once.
     libvirt: Option<iofloor_host::libvirt::LibvirtBackend>,
     libvirt_error: Option<String>,
+    /// libvirt entries whose one domain or disk is missing, logged once.
+    libvirt_missing: std::collections::HashSet<String>,
 }
 
 impl Service {
@@ -174,6 +176,7 @@ impl Service {
             failed_adoptions: HashMap::new(),
             libvirt: None,
             libvirt_error: None,
+            libvirt_missing: Default::default(),
         };
         s.publish(Duration::ZERO);
         Ok(s)

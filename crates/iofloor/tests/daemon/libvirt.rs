@@ -4,8 +4,9 @@
 //! through libvirt's API, its disk measured (with latency) from libvirt's
 //! block stats, its floor (one for the VM, `share = "vm"`) kept against the
 //! container, judged by the domain's own counters as `virsh domblkstat`
-//! reads them each second; the domain unavailable while paused; its limits
-//! put back when the daemon stops, an operator's own among them.
+//! reads them each second; the domain unavailable while paused; a domain
+//! libvirt does not have logged once; its limits put back when the daemon
+//! stops, an operator's own among them.
 
 use super::common::{real_environment, TestRig};
 use super::harness::{config, Cgroups, Daemon};
@@ -86,6 +87,11 @@ name = "vm"
 libvirt = "{name}"
 share = "vm"
 floor = "300 IOPS"
+
+[[tenant]]
+name = "absent"
+libvirt = "iofloor-no-such-domain"
+floor = "100 IOPS"
 "#
     );
     let text = config(&rig.device, 1500, &cg.parent, &tenants);
@@ -142,6 +148,14 @@ floor = "300 IOPS"
         tenant(v, "vm/vda")["available"] == true
     });
 
+    // A domain libvirt does not have: logged once, the others unaffected.
+    let log = daemon.log_text();
+    assert_eq!(
+        log.matches("libvirt has no running domain `iofloor-no-such-domain`")
+            .count(),
+        1,
+        "{log}"
+    );
     let (status, _) = daemon.terminate();
     assert!(status.success(), "{}", daemon.log_text());
     let tune = domain.io_tune("vda").unwrap();
