@@ -2,7 +2,8 @@
 //! and a real QEMU domain under TCG with two virtio disks, each read by the
 //! guest with O_DIRECT: domains and disks found through the API, counters and
 //! latency from block stats, a cap set live taking effect within one
-//! interval, the original limits read and put back, a paused domain
+//! interval, a VM's disks sharing one throttle group, the original limits
+//! read and put back, a paused domain
 //! unavailable rather than idle, a destroyed one unavailable, and a libvirtd
 //! restart survived by reconnecting.
 
@@ -69,8 +70,8 @@ fn a_domain_is_found_measured_capped_restored_and_followed_through_libvirt() {
         TenantSpec::new("vm/vda", TenantClass::Vm),
         TenantSpec::new("vm/vdb", TenantClass::Vm),
     );
-    backend.add_tenant(&vda.name, info, "vda");
-    backend.add_tenant(&vdb.name, info, "vdb");
+    backend.add_tenant(&vda.name, info, "vda", None);
+    backend.add_tenant(&vdb.name, info, "vdb", None);
 
     // An operator's own limit on vdb before iofloor sees it: kept as the
     // original and put back.
@@ -148,6 +149,63 @@ fn a_domain_is_found_measured_capped_restored_and_followed_through_libvirt() {
     assert_eq!(backend.io_tune(&vdb.name).unwrap(), original);
     let back = iops(&mut backend, &vda, 1.0);
     assert!(back > 300.0, "restored: uncapped again, saw {back:.0}");
+
+    // One limit for the VM's two disks: a QEMU throttle group holding the
+    // sum of their caps, which either disk may use.
+    let info = info.clone();
+    for (t, disk) in [(&vda, "vda"), (&vdb, "vdb")] {
+        backend.remove_tenant(&t.name);
+        backend.add_tenant(&t.name, &info, disk, Some("iofloor-vm"));
+    }
+    let half = |iops: f64| Caps {
+        read_iops: Some(iops),
+        ..Caps::NONE
+    };
+    backend.apply_caps(&vda, &half(100.0)).unwrap();
+    backend.apply_caps(&vdb, &half(60.0)).unwrap();
+    for disk in ["vda", "vdb"] {
+        let tune = domain.io_tune(disk).unwrap();
+        let field = |k: &str| tune.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(
+            field("group_name").as_deref(),
+            Some("iofloor-vm"),
+            "{disk}: {tune:?}"
+        );
+        assert_eq!(
+            field("read_iops_sec").as_deref(),
+            Some("160"),
+            "{disk}: {tune:?}"
+        );
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let (a0, b0) = (
+        backend.read_counters(&vda).unwrap().read_ios,
+        backend.read_counters(&vdb).unwrap().read_ios,
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let (a1, b1) = (
+        backend.read_counters(&vda).unwrap().read_ios,
+        backend.read_counters(&vdb).unwrap().read_ios,
+    );
+    let together = ((a1 - a0) + (b1 - b0)) as f64 / 3.0;
+    eprintln!(
+        "one throttle group of 160 IOPS: vda {:.0} + vdb {:.0} IOPS",
+        (a1 - a0) as f64 / 3.0,
+        (b1 - b0) as f64 / 3.0
+    );
+    assert!(
+        together < 160.0 * 1.1 && together > 160.0 * 0.6,
+        "{together:.0} IOPS together"
+    );
+    // Put back: each disk leaves the group with its own limits.
+    backend.set_io_tune(&vda.name, &IoTune::default()).unwrap();
+    backend.set_io_tune(&vdb.name, &original).unwrap();
+    assert_eq!(backend.io_tune(&vda.name).unwrap(), IoTune::default());
+    assert_eq!(
+        backend.io_tune(&vdb.name).unwrap(),
+        original,
+        "the operator's limit, in no group"
+    );
 
     // Gone: unavailable, and no longer listed.
     domain.destroy().unwrap();

@@ -73,6 +73,22 @@ pub(super) fn spec_of(t: &TenantConfig, found: &Found, patch: Option<&Patch>) ->
     spec
 }
 
+/// A QEMU throttle group's name for an iofloor group: QEMU takes letters,
+/// digits, `-`, `.` and `_`, starting with a letter.
+fn throttle_group_name(group: &str) -> String {
+    let clean: String = group
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("iofloor-{clean}")
+}
+
 /// Restores limits a previous run left behind (after a crash). Errors are
 /// logged; an object that is gone has nothing to restore.
 pub fn restore_leftovers(path: &Path) -> anyhow::Result<usize> {
@@ -175,7 +191,7 @@ fn restore(
                         uuid: uuid.clone(),
                         disks: vec![disk.clone()],
                     };
-                    l.add_tenant(tenant, &info, disk);
+                    l.add_tenant(tenant, &info, disk, None);
                     l.set_io_tune(tenant, tune)
                 }
             };
@@ -281,7 +297,14 @@ impl Service {
                     uuid: uuid.clone(),
                     disks: vec![disk.clone()],
                 };
-                l.add_tenant(&found.name, &info, disk);
+                // `share = "vm"`: the VM's disks share one QEMU throttle
+                // group holding their caps added up.
+                let shared = spec
+                    .group
+                    .as_ref()
+                    .filter(|_| self.config.tenants[found.entry].share.is_some())
+                    .map(|g| throttle_group_name(&g.name));
+                l.add_tenant(&found.name, &info, disk, shared.as_deref());
                 match kept {
                     Some(kept) => kept,
                     None => match l.io_tune(&found.name) {

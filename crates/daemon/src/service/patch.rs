@@ -57,6 +57,14 @@ impl Service {
                  `iofloor cluster set-floor` (PUT /api/v1/cluster/floors/{name})"
             )));
         }
+        if (patch.floor.is_some() || patch.ceiling.is_some())
+            && self.config.tenants[t.found.entry].share.is_some()
+        {
+            return Err(PatchError::Invalid(format!(
+                "the floor and ceiling of `{name}` are its VM's (`share = \"vm\"`), shared by \
+                 its disks: change them in its config entry"
+            )));
+        }
         let mut spec = (*t.spec).clone();
         apply_patch(&mut spec, &patch);
         spec.check_promise()

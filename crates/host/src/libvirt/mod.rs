@@ -218,6 +218,10 @@ struct Disk {
     uuid: String,
     domain: String,
     target: String,
+    /// The QEMU throttle group (libvirt's `group_name`) the disk's caps go
+    /// to, summed with its group's other disks', where its VM's disks share
+    /// one limit.
+    shared: Option<String>,
 }
 
 /// The libvirt backend: a worker thread with the connection, and the
@@ -226,6 +230,11 @@ pub struct LibvirtBackend {
     uri: String,
     jobs: mpsc::Sender<Job>,
     tenants: HashMap<String, Disk>,
+    /// The caps last given each disk of a shared throttle group, and the
+    /// disks put in their group (libvirt holds the group's values once for
+    /// all of them: a write on one updates the group).
+    shared_caps: HashMap<String, Caps>,
+    joined: std::collections::HashSet<String>,
     hung: Option<Hung>,
     timeout: Duration,
 }
@@ -254,6 +263,8 @@ impl LibvirtBackend {
             uri: uri.to_string(),
             jobs,
             tenants: HashMap::new(),
+            shared_caps: HashMap::new(),
+            joined: Default::default(),
             hung: None,
             timeout,
         })
@@ -340,18 +351,31 @@ impl LibvirtBackend {
         })
     }
 
-    pub fn add_tenant(&mut self, name: &str, domain: &DomainInfo, disk: &str) {
+    /// A domain's disk as tenant `name`. With `shared`, its caps go to
+    /// that QEMU throttle group (libvirt's `group_name`), which holds the sum
+    /// of the caps of every disk added with the same group: the VM's disks
+    /// share one limit and one disk may use what another leaves, at once.
+    pub fn add_tenant(
+        &mut self,
+        name: &str,
+        domain: &DomainInfo,
+        disk: &str,
+        shared: Option<&str>,
+    ) {
         self.tenants.insert(
             name.to_string(),
             Disk {
                 uuid: domain.uuid.clone(),
                 domain: domain.name.clone(),
                 target: disk.to_string(),
+                shared: shared.map(str::to_string),
             },
         );
     }
 
     pub fn remove_tenant(&mut self, name: &str) -> bool {
+        self.shared_caps.remove(name);
+        self.joined.remove(name);
         self.tenants.remove(name).is_some()
     }
 
@@ -381,6 +405,18 @@ impl LibvirtBackend {
     /// Sets a disk's limits as [`IoTune`] says (the six rates, and the
     /// throttle group where it names one).
     pub fn set_io_tune(&mut self, name: &str, tune: &IoTune) -> Result<()> {
+        // A disk in a throttle group stays in it when given limits without
+        // a group name, and takes the whole group to them: all zeros first
+        // take it out (restoring an operator's limit must not set its
+        // siblings' too).
+        if tune.rates() != [0; 6] {
+            self.write_io_tune(name, &IoTune::default())?;
+        }
+        self.joined.remove(name);
+        self.write_io_tune(name, tune)
+    }
+
+    fn write_io_tune(&mut self, name: &str, tune: &IoTune) -> Result<()> {
         let d = self.disk(name)?;
         let tune = tune.clone();
         let what = format!("setting the limits of {}/{}", d.domain, d.target);
@@ -453,7 +489,53 @@ impl Backend for LibvirtBackend {
     }
 
     fn apply_caps(&mut self, tenant: &TenantSpec, caps: &Caps) -> Result<()> {
-        self.set_io_tune(&tenant.name, &IoTune::of_caps(caps))
+        let d = self.disk(&tenant.name)?;
+        let Some(group) = d.shared else {
+            return self.write_io_tune(&tenant.name, &IoTune::of_caps(caps));
+        };
+        // The group's limit is its disks' caps added up; one without a cap
+        // leaves the whole group without one (all zeros take every disk
+        // out of the group).
+        self.shared_caps.insert(tenant.name.clone(), *caps);
+        let members: Vec<String> = self
+            .tenants
+            .iter()
+            .filter(|(_, m)| m.shared.as_deref() == Some(group.as_str()) && m.uuid == d.uuid)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let sum = |pick: fn(&Caps) -> Option<f64>| -> Option<f64> {
+            members
+                .iter()
+                .map(|m| self.shared_caps.get(m).map_or(Some(0.0), pick))
+                .sum()
+        };
+        let total = Caps {
+            read_iops: sum(|c| c.read_iops),
+            write_iops: sum(|c| c.write_iops),
+            read_bps: sum(|c| c.read_bps),
+            write_bps: sum(|c| c.write_bps),
+        };
+        if total.is_unlimited() {
+            for m in &members {
+                self.write_io_tune(m, &IoTune::default())?;
+                self.joined.remove(m);
+            }
+            return Ok(());
+        }
+        let mut tune = IoTune::of_caps(&total);
+        tune.group_name = Some(group);
+        // A disk joins the group when its limits are set with its name;
+        // once all have, one write on any of them sets the group's values.
+        for m in &members {
+            if !self.joined.contains(m) {
+                self.write_io_tune(m, &tune)?;
+                self.joined.insert(m.clone());
+            }
+        }
+        if members.iter().all(|m| self.joined.contains(m)) {
+            self.write_io_tune(&tenant.name, &tune)?;
+        }
+        Ok(())
     }
 }
 

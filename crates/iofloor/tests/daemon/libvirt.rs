@@ -148,6 +148,16 @@ floor = "100 IOPS"
         tenant(v, "vm/vda")["available"] == true
     });
 
+    // The floor is the VM's: a disk's own is refused over the API.
+    let (code, body) = daemon.send(
+        "PATCH",
+        "/api/v1/tenants/vm/vda",
+        r#"{"floor": "100 IOPS"}"#,
+        Some("let-me-in"),
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.to_string().contains("are its VM's"), "{body}");
+
     // A domain libvirt does not have: logged once, the others unaffected.
     let log = daemon.log_text();
     assert_eq!(
