@@ -25,6 +25,20 @@ fn ctx() -> PolicyContext {
     }
 }
 
+/// The snapshot of one interval: a device overloaded, every tenant sampled.
+fn snapshot(step: u64, tenants: &[iofloor_core::TenantSample]) -> Snapshot<'_> {
+    Snapshot {
+        now: Duration::from_secs(step),
+        interval: Duration::from_secs(1),
+        device: Some(DeviceSample {
+            utilisation: 1.0,
+            avg_queue: 40.0,
+            iops: 1000.0,
+        }),
+        tenants,
+    }
+}
+
 fn decide(c: &mut Criterion) {
     let mut group = c.benchmark_group("decide");
     group.sample_size(20);
@@ -39,17 +53,7 @@ fn decide(c: &mut Criterion) {
                 |b, tenants| {
                     b.iter(|| {
                         step += 1;
-                        let snap = Snapshot {
-                            now: Duration::from_secs(step),
-                            interval: Duration::from_secs(1),
-                            device: Some(DeviceSample {
-                                utilisation: 1.0,
-                                avg_queue: 40.0,
-                                iops: 1000.0,
-                            }),
-                            tenants,
-                        };
-                        black_box(policy.decide(&snap))
+                        black_box(policy.decide(&snapshot(step, tenants)))
                     })
                 },
             );
@@ -66,17 +70,7 @@ fn decide(c: &mut Criterion) {
             |b, tenants| {
                 b.iter(|| {
                     step += 1;
-                    let snap = Snapshot {
-                        now: Duration::from_secs(step),
-                        interval: Duration::from_secs(1),
-                        device: Some(DeviceSample {
-                            utilisation: 1.0,
-                            avg_queue: 40.0,
-                            iops: 1000.0,
-                        }),
-                        tenants,
-                    };
-                    black_box(policy.decide(&snap))
+                    black_box(policy.decide(&snapshot(step, tenants)))
                 })
             },
         );

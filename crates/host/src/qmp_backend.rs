@@ -19,14 +19,29 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The longest pause before asking a monitor that timed out again.
-const MAX_HUNG_PAUSE: Duration = Duration::from_secs(32);
-
-/// A monitor that timed out: how often in a row, and when to ask again.
+/// A monitor or daemon that timed out: how often in a row, and when to ask
+/// it again. Each try at one that hangs costs the caller a whole timeout,
+/// and the caller is the control loop: the pause doubles from 1 s to 32 s.
 #[derive(Debug, Clone, Copy)]
-struct Hung {
-    times: u32,
-    until: Instant,
+pub(crate) struct Hung {
+    pub(crate) times: u32,
+    pub(crate) until: Instant,
+}
+
+impl Hung {
+    /// One more timeout after `before` (if it had timed out already).
+    pub(crate) fn again(before: Option<Hung>) -> Hung {
+        let times = before.map_or(1, |h| h.times + 1);
+        let pause = Duration::from_secs(1 << (times - 1).min(5));
+        Hung {
+            times,
+            until: Instant::now() + pause,
+        }
+    }
+
+    pub(crate) fn paused(&self) -> bool {
+        Instant::now() < self.until
+    }
 }
 
 /// Which block device of a QEMU a tenant is.
@@ -246,7 +261,7 @@ impl QmpBackend {
     /// error the connection is dropped, to be made again next time.
     fn execute(&mut self, socket: &Path, command: &str, args: Option<Value>) -> Result<Value> {
         if let Some(h) = self.hung.get(socket) {
-            if Instant::now() < h.until {
+            if h.paused() {
                 return Err(HostError::Unavailable(format!(
                     "{}: timed out {} times in a row; not asked again until the pause ends",
                     socket.display(),
@@ -257,15 +272,8 @@ impl QmpBackend {
         let result = self.execute_connected(socket, command, args);
         match &result {
             Err(e) if is_timeout(e) => {
-                let times = self.hung.get(socket).map_or(1, |h| h.times + 1);
-                let pause = Duration::from_secs(1 << (times - 1).min(5)).min(MAX_HUNG_PAUSE);
-                self.hung.insert(
-                    socket.to_path_buf(),
-                    Hung {
-                        times,
-                        until: Instant::now() + pause,
-                    },
-                );
+                let hung = Hung::again(self.hung.get(socket).copied());
+                self.hung.insert(socket.to_path_buf(), hung);
             }
             Ok(_) => {
                 self.hung.remove(socket);

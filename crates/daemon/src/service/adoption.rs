@@ -15,9 +15,10 @@ use std::sync::Arc;
 use tracing::{debug, info, warn};
 
 /// A found tenant's promise from its config entry and the API's changes.
-/// With `share = "vm"` the entry's floor, ceiling and weight are its VM's:
-/// the disk is a member of a group per domain (named as the entry, or
-/// `entry/domain` for a glob of domains) that holds them.
+/// With `share = "vm"` (libvirt) or `kubernetes`, the entry's floor,
+/// ceiling and weight are each VM's or pod's: the tenant is a member of a
+/// group per domain or pod that holds them, named as the entry (one fixed
+/// domain) or `entry/<domain or pod UID>`.
 pub(super) fn spec_of(t: &TenantConfig, found: &Found, patch: Option<&Patch>) -> TenantSpec {
     let mut spec = TenantSpec {
         name: found.name.clone(),
@@ -28,21 +29,25 @@ pub(super) fn spec_of(t: &TenantConfig, found: &Found, patch: Option<&Patch>) ->
         latency_sensitive: t.latency_sensitive,
         group: t.group.clone(),
     };
-    if let (
-        Some(Share::Vm),
-        FoundKind::Libvirt { domain, .. },
-        TenantSource::Libvirt {
-            domain: pattern, ..
-        },
-    ) = (t.share, &found.kind, &t.source)
-    {
-        let per_domain = pattern.contains(['*', '?', '[']);
-        spec.group = Some(Arc::new(GroupSpec {
-            name: if per_domain {
-                format!("{}/{domain}", t.name)
-            } else {
-                t.name.clone()
+    let holder = match (&t.source, &found.kind) {
+        (
+            TenantSource::Libvirt {
+                domain: pattern, ..
             },
+            FoundKind::Libvirt { domain, .. },
+        ) if t.share == Some(Share::Vm) => Some(if pattern.contains(['*', '?', '[']) {
+            format!("{}/{domain}", t.name)
+        } else {
+            t.name.clone()
+        }),
+        (TenantSource::Kubernetes { .. }, FoundKind::Cgroup(rel)) => {
+            crate::kubernetes::pod_of(rel).map(|uid| format!("{}/{uid}", t.name))
+        }
+        _ => None,
+    };
+    if let Some(name) = holder {
+        spec.group = Some(Arc::new(GroupSpec {
+            name,
             floor: t.floor,
             ceiling: t.ceiling,
             weight: t.weight,
@@ -51,21 +56,6 @@ pub(super) fn spec_of(t: &TenantConfig, found: &Found, patch: Option<&Patch>) ->
         spec.floor = None;
         spec.ceiling = None;
         spec.weight = iofloor_core::model::DEFAULT_WEIGHT;
-    }
-    if let (TenantSource::Kubernetes { .. }, FoundKind::Cgroup(rel)) = (&t.source, &found.kind) {
-        // A pod's containers share its floor, ceiling and weight.
-        if let Some(uid) = crate::kubernetes::pod_of(rel) {
-            spec.group = Some(Arc::new(GroupSpec {
-                name: format!("{}/{uid}", t.name),
-                floor: t.floor,
-                ceiling: t.ceiling,
-                weight: t.weight,
-                parent: t.group.clone(),
-            }));
-            spec.floor = None;
-            spec.ceiling = None;
-            spec.weight = iofloor_core::model::DEFAULT_WEIGHT;
-        }
     }
     if let Some(p) = patch {
         super::patch::apply_patch(&mut spec, p);

@@ -17,18 +17,16 @@ mod ffi;
 pub mod testbed;
 
 use crate::error::{HostError, Result};
+use crate::qmp_backend::Hung;
 use ffi::{Connection, LvError, ParamValue, TypedParam};
 use iofloor_core::{Backend, Caps, Counters, DeviceCounters, TenantSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The default URI: the system's QEMU driver.
 pub const DEFAULT_URI: &str = "qemu:///system";
-
-/// The longest pause before asking a daemon that timed out again.
-const MAX_HUNG_PAUSE: Duration = Duration::from_secs(32);
 
 /// A running (or paused) domain and its disks.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -68,16 +66,7 @@ impl IoTune {
     /// group) or an empty one is no group: passing it back could put an
     /// unrelated disk in it.
     pub fn from_params(params: &[(String, ParamValue)]) -> IoTune {
-        let get = |field: &str| {
-            params
-                .iter()
-                .find(|(n, _)| n == field)
-                .and_then(|(_, v)| match v {
-                    ParamValue::Int(x) => Some(*x),
-                    _ => None,
-                })
-                .unwrap_or(0)
-        };
+        let get = |field: &str| int_param(params, field);
         let group_name =
             params
                 .iter()
@@ -125,19 +114,22 @@ impl IoTune {
     }
 }
 
+/// A numeric typed parameter by name; 0 where libvirt did not give it.
+fn int_param(params: &[(String, ParamValue)], field: &str) -> u64 {
+    params
+        .iter()
+        .find(|(n, _)| n == field)
+        .and_then(|(_, v)| match v {
+            ParamValue::Int(x) => Some(*x),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
 /// Counters of one disk from `virDomainBlockStatsFlags` (QEMU's totals:
 /// operations, bytes, and completion times in ns).
 pub fn counters_from_stats(params: &[(String, ParamValue)]) -> Counters {
-    let get = |field: &str| {
-        params
-            .iter()
-            .find(|(n, _)| n == field)
-            .and_then(|(_, v)| match v {
-                ParamValue::Int(x) => Some(*x),
-                _ => None,
-            })
-            .unwrap_or(0)
-    };
+    let get = |field: &str| int_param(params, field);
     let (rd, wr) = (get("rd_operations"), get("wr_operations"));
     Counters {
         read_ios: rd,
@@ -204,13 +196,6 @@ impl Session {
         }
         result
     }
-}
-
-/// A daemon that timed out: how often in a row, and when to ask again.
-#[derive(Debug, Clone, Copy)]
-struct Hung {
-    times: u32,
-    until: Instant,
 }
 
 #[derive(Debug, Clone)]
@@ -281,7 +266,7 @@ impl LibvirtBackend {
         f: impl FnOnce(&mut Session) -> std::result::Result<T, LvError> + Send + 'static,
     ) -> Result<T> {
         if let Some(h) = self.hung {
-            if Instant::now() < h.until {
+            if h.paused() {
                 return Err(HostError::Unavailable(format!(
                     "libvirt {}: did not answer {} times in a row; not asked again until the pause ends",
                     self.uri, h.times
@@ -300,12 +285,7 @@ impl LibvirtBackend {
                 answer.map_err(|e| self.error(what, e))
             }
             Err(_) => {
-                let times = self.hung.map_or(1, |h| h.times + 1);
-                let pause = Duration::from_secs(1 << (times - 1).min(5)).min(MAX_HUNG_PAUSE);
-                self.hung = Some(Hung {
-                    times,
-                    until: Instant::now() + pause,
-                });
+                self.hung = Some(Hung::again(self.hung));
                 Err(HostError::Unavailable(format!(
                     "libvirt {}: {what} did not answer within {:?}",
                     self.uri, self.timeout
