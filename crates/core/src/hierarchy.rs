@@ -463,6 +463,7 @@ pub fn build_groups(defs: &[GroupDef]) -> Result<Vec<Arc<GroupSpec>>, GroupError
                 ceiling: d.ceiling,
                 weight: d.weight.unwrap_or(DEFAULT_WEIGHT),
                 parent: parent[g].and_then(|p| built[p].clone()),
+                shared_limit: false,
             }));
         }
     }

@@ -61,6 +61,12 @@ pub struct GroupSpec {
     pub weight: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<Arc<GroupSpec>>,
+    /// Its members' caps are enforced as one limit (a QEMU throttle group,
+    /// a cgroup v2 parent's `io.max`) holding their caps added up: the
+    /// policy then gives them caps that add up to what the group as a whole
+    /// may use, not to what each alone may.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared_limit: bool,
 }
 
 impl GroupSpec {
@@ -71,6 +77,7 @@ impl GroupSpec {
             ceiling: None,
             weight: DEFAULT_WEIGHT,
             parent: None,
+            shared_limit: false,
         }
     }
 

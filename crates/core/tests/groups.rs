@@ -29,6 +29,7 @@ struct GroupCase {
     floor: Option<f64>,
     ceiling: Option<f64>,
     weight: f64,
+    shared: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -49,13 +50,17 @@ fn forest() -> impl Strategy<Value = Forest> {
                     prop::option::of(0.0..0.3f64),
                     prop::option::of(0.0..0.6f64),
                     1.0..1000.0f64,
+                    any::<bool>(),
                 )
-                    .prop_map(move |(p, floor, ceiling, weight)| GroupCase {
-                        // Only earlier groups can be parents: no cycles.
-                        parent: p.filter(|&p| p < k),
-                        floor,
-                        ceiling,
-                        weight,
+                    .prop_map(move |(p, floor, ceiling, weight, shared)| {
+                        GroupCase {
+                            // Only earlier groups can be parents: no cycles.
+                            parent: p.filter(|&p| p < k),
+                            floor,
+                            ceiling,
+                            weight,
+                            shared,
+                        }
                     })
             })
             .collect::<Vec<_>>();
@@ -116,6 +121,18 @@ impl Forest {
                 .filter(|&k| self.groups[k].parent.is_none())
                 .map(|k| self.groups[k].floor.unwrap_or(below[k]))
                 .sum::<f64>();
+        // One limit for a group only over plain members (as the service
+        // makes them: a VM's disks, a pod's containers).
+        for k in 0..ng {
+            let subgroups = self.groups.iter().any(|g| g.parent == Some(k));
+            let floored = self
+                .tenants
+                .iter()
+                .any(|t| t.group == Some(k) && t.floor.is_some());
+            if subgroups || floored {
+                self.groups[k].shared = false;
+            }
+        }
         if top > budget {
             let k = budget / top;
             for g in &mut self.groups {
@@ -135,6 +152,7 @@ impl Forest {
             spec.floor = g.floor.filter(|&f| f > 0.0).map(Rate::Cost);
             spec.ceiling = g.ceiling.filter(|&c| c > 0.0).map(Rate::Cost);
             spec.weight = g.weight;
+            spec.shared_limit = g.shared;
             spec.parent = g.parent.map(|p| specs[p].clone());
             specs.push(Arc::new(spec));
         }
@@ -333,7 +351,10 @@ proptest! {
             let allowed: Vec<f64> = caps.iter().map(|c| cost.cost_allowed_by(c, &unit).unwrap_or(f64::INFINITY)).collect();
             let feasible = policy.feasibility().is_some_and(|x| x.feasible());
             for (i, spec) in specs.iter().enumerate() {
-                if let (Some(Rate::Cost(floor)), true) = (spec.floor, feasible) {
+                // In a group enforced as one limit only the members' sum
+                // is a limit: a member alone is not held to its part.
+                let shared = spec.group.as_ref().is_some_and(|g| g.lineage().any(|g| g.shared_limit));
+                if let (Some(Rate::Cost(floor)), true, false) = (spec.floor, feasible, shared) {
                     prop_assert!(allowed[i] >= floor * (1.0 - 1e-6), "step {step}: {} allowed {} below its floor {floor}; feasibility {:?}; got {:?}; allowed {:?}", spec.name, allowed[i], policy.feasibility(), got, allowed);
                 }
             }

@@ -168,6 +168,18 @@ pub fn names(entry: &str, c: &PodContainer) -> (String, String) {
     (format!("{group}/{}", &c.container[..12]), group)
 }
 
+/// The pod's own cgroup above a container cgroup (relative to the root),
+/// for either driver: where cgroup v2 bounds the whole pod.
+pub fn pod_cgroup(cgroup: &Path) -> Option<PathBuf> {
+    cgroup
+        .ancestors()
+        .find(|a| {
+            a.file_name()
+                .is_some_and(|n| pod_of(Path::new(n)).is_some())
+        })
+        .map(Path::to_path_buf)
+}
+
 /// The pod UID of a container cgroup path, for either driver (the inverse
 /// of the layout above), to find a tenant's pod group again.
 pub fn pod_of(cgroup: &Path) -> Option<String> {
@@ -244,6 +256,10 @@ mod tests {
         for c in &found {
             assert_eq!(pod_of(&c.cgroup).as_deref(), Some(c.pod.as_str()));
         }
+        assert_eq!(
+            pod_cgroup(&found[2].cgroup),
+            Some(PathBuf::from(format!("kubepods/burstable/pod{UID2}")))
+        );
         let (name, group) = names("pods", &found[0]);
         assert_eq!(group, format!("pods/{UID}"));
         assert_eq!(name, format!("pods/{UID}/111111111111"));

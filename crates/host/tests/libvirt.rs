@@ -197,6 +197,24 @@ fn a_domain_is_found_measured_capped_restored_and_followed_through_libvirt() {
         together < 160.0 * 1.1 && together > 160.0 * 0.6,
         "{together:.0} IOPS together"
     );
+    // One disk held back, the other free: a sum would free both, so each
+    // gets its own caps, out of the group; then one group again.
+    backend.apply_caps(&vdb, &Caps::NONE).unwrap();
+    let field = |disk: &str, k: &str| {
+        domain
+            .io_tune(disk)
+            .unwrap()
+            .into_iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v)
+            .unwrap_or_default()
+    };
+    assert_eq!(field("vda", "read_iops_sec"), "100");
+    assert_ne!(field("vda", "group_name"), "iofloor-vm");
+    assert_eq!(field("vdb", "read_iops_sec"), "0");
+    backend.apply_caps(&vdb, &half(60.0)).unwrap();
+    assert_eq!(field("vda", "group_name"), "iofloor-vm");
+    assert_eq!(field("vdb", "read_iops_sec"), "160");
     // Put back: each disk leaves the group with its own limits.
     backend.set_io_tune(&vda.name, &IoTune::default()).unwrap();
     backend.set_io_tune(&vdb.name, &original).unwrap();

@@ -349,6 +349,102 @@ fn lent_by_siblings(priced: &Pricing, tenants: &[Priced], shares: &Shares) -> Ve
     lent
 }
 
+/// What a group's burst guard is worked out from (step 5).
+struct GroupGuard {
+    can_give: f64,
+    entitled: f64,
+    floors_fit: f64,
+}
+
+/// Caps for the members of groups enforced as one limit (`shared_limit`:
+/// a QEMU throttle group, a cgroup v2 parent), which holds their caps added
+/// up: any member may use what another leaves, so the sum must be what the
+/// group as a whole may use, not what each alone may. While a member is
+/// held back, that is the held members' caps and the others' allocations
+/// (at least what they use, and their part of the group's floor); else
+/// the group's own burst guard, what the
+/// tenants outside it leave; no cap when no member has one. The sum is
+/// split among the members by what each was allocated (what a controller
+/// that caps each member alone would need). Only for groups of plain
+/// members (no floors or ceilings of their own, no groups inside): the
+/// backends put such a group's caps on one limit.
+fn share_limits(priced: &Pricing, shares: &Shares, guard: &GroupGuard, decided: &mut [Decided]) {
+    let tree = &priced.tree;
+    for (k, g) in tree.groups().iter().enumerate() {
+        if !g.shared_limit {
+            continue;
+        }
+        let mut members = Vec::new();
+        let mut stack = vec![tree.leaves() + k];
+        while let Some(node) = stack.pop() {
+            if node < tree.leaves() {
+                members.push(node);
+            } else {
+                stack.extend_from_slice(tree.children(node));
+            }
+        }
+        // One limit cannot hold a promise of one member alone: a group with
+        // members of their own floors or ceilings, or groups inside, is
+        // capped member by member.
+        let plain = tree.children(tree.leaves() + k).iter().all(|&c| {
+            c < tree.leaves() && priced.own_floors[c] == 0.0 && !priced.node_ceiling[c].is_finite()
+        });
+        if !plain || members.is_empty() || members.iter().all(|&i| decided[i].cap.is_none()) {
+            continue;
+        }
+        let held = members.iter().any(|&i| decided[i].holds);
+        let total = if held {
+            members
+                .iter()
+                .map(|&i| match decided[i] {
+                    Decided {
+                        cap: Some(c),
+                        holds: true,
+                    } => c,
+                    // Its part of the group's floor stays the group's.
+                    _ => {
+                        shares.alloc[i]
+                            .max(priced.usage[i])
+                            .max(priced.reserved[i] * guard.floors_fit)
+                            * ENFORCEMENT_MARGIN
+                    }
+                })
+                .sum::<f64>()
+        } else {
+            let inside: f64 = members.iter().map(|&i| shares.entitlement[i]).sum();
+            let reserve: f64 = members
+                .iter()
+                .map(|&i| priced.reserved[i] * guard.floors_fit)
+                .sum();
+            let others = guard.entitled - inside;
+            if others <= 0.0 {
+                f64::INFINITY
+            } else {
+                (guard.can_give - others).max(inside.max(reserve) * ENFORCEMENT_MARGIN)
+            }
+        };
+        // Never more than the members' own caps allowed together (their
+        // ceilings and the group's are in them).
+        let bound: f64 = members
+            .iter()
+            .map(|&i| decided[i].cap.unwrap_or(f64::INFINITY))
+            .sum();
+        let total = total.min(bound);
+        if total.is_infinite() {
+            members.iter().for_each(|&i| decided[i].cap = None);
+            continue;
+        }
+        let part: Vec<f64> = members
+            .iter()
+            .map(|&i| shares.alloc[i].max(priced.usage[i]).max(1e-12))
+            .collect();
+        let parts: f64 = part.iter().sum();
+        for (&i, p) in members.iter().zip(&part) {
+            decided[i].cap = Some(total * p / parts);
+        }
+    }
+}
+
 /// Step 4's result.
 struct Shares {
     alloc: Vec<f64>,
@@ -813,7 +909,7 @@ impl FloorPolicy {
             &priced.node_ceiling,
             &priced.node_weight,
         );
-        decided
+        let mut decided: Vec<Decided> = decided
             .into_iter()
             .zip(caps)
             .zip(tenants)
@@ -825,7 +921,14 @@ impl FloorPolicy {
                     holds: d.holds || t.demand > cap,
                 },
             })
-            .collect()
+            .collect();
+        let guard = GroupGuard {
+            can_give,
+            entitled,
+            floors_fit,
+        };
+        share_limits(priced, shares, &guard, &mut decided);
+        decided
     }
 
     /// Keeps each tenant's cap and latency baseline for the next interval,

@@ -19,7 +19,16 @@ use tracing::{debug, info, warn};
 /// ceiling and weight are each VM's or pod's: the tenant is a member of a
 /// group per domain or pod that holds them, named as the entry (one fixed
 /// domain) or `entry/<domain or pod UID>`.
-pub(super) fn spec_of(t: &TenantConfig, found: &Found, patch: Option<&Patch>) -> TenantSpec {
+///
+/// `cgroup_v2`: the cgroup hierarchy bounds a subtree, so a pod's
+/// containers can share one limit on the pod's cgroup (a VM's disks always
+/// can, in a QEMU throttle group).
+pub(super) fn spec_of(
+    t: &TenantConfig,
+    found: &Found,
+    patch: Option<&Patch>,
+    cgroup_v2: bool,
+) -> TenantSpec {
     let mut spec = TenantSpec {
         name: found.name.clone(),
         class: t.class,
@@ -35,23 +44,27 @@ pub(super) fn spec_of(t: &TenantConfig, found: &Found, patch: Option<&Patch>) ->
                 domain: pattern, ..
             },
             FoundKind::Libvirt { domain, .. },
-        ) if t.share == Some(Share::Vm) => Some(if pattern.contains(['*', '?', '[']) {
-            format!("{}/{domain}", t.name)
-        } else {
-            t.name.clone()
-        }),
+        ) if t.share == Some(Share::Vm) => {
+            let name = if pattern.contains(['*', '?', '[']) {
+                format!("{}/{domain}", t.name)
+            } else {
+                t.name.clone()
+            };
+            Some((name, true))
+        }
         (TenantSource::Kubernetes { .. }, FoundKind::Cgroup(rel)) => {
-            crate::kubernetes::pod_of(rel).map(|uid| format!("{}/{uid}", t.name))
+            crate::kubernetes::pod_of(rel).map(|uid| (format!("{}/{uid}", t.name), cgroup_v2))
         }
         _ => None,
     };
-    if let Some(name) = holder {
+    if let Some((name, shared_limit)) = holder {
         spec.group = Some(Arc::new(GroupSpec {
             name,
             floor: t.floor,
             ceiling: t.ceiling,
             weight: t.weight,
             parent: t.group.clone(),
+            shared_limit,
         }));
         spec.floor = None;
         spec.ceiling = None;
@@ -61,6 +74,12 @@ pub(super) fn spec_of(t: &TenantConfig, found: &Found, patch: Option<&Patch>) ->
         super::patch::apply_patch(&mut spec, p);
     }
     spec
+}
+
+/// The state file's key for a pod's own cgroup, whose limits iofloor
+/// changes on cgroup v2 (a group's name, never a tenant's).
+fn pod_key(group: &str) -> String {
+    format!("{group} (pod cgroup)")
 }
 
 /// A QEMU throttle group's name for an iofloor group: QEMU takes letters,
@@ -223,7 +242,21 @@ impl Service {
             l.remove_tenant(name);
         }
         if let FoundKind::Cgroup(_) = t.found.kind {
-            d.backend.cgroups.remove_tenant(name);
+            let shared = d.backend.cgroups.remove_tenant(name);
+            // The pod's last container: the pod's cgroup gets its limits back.
+            if let (Some(pod_cgroup), Some(g)) = (shared, &t.spec.group) {
+                if d.backend.cgroups.sharing(&pod_cgroup) == 0 {
+                    let key = pod_key(&g.name);
+                    if let Some(e) = self.ownership.get(&key).cloned() {
+                        match restore(&key, &e.original, None) {
+                            Ok(()) => self.ownership.forget(&key),
+                            Err(err) => {
+                                warn!(group = %g.name, "could not restore the pod cgroup's limits: {err}")
+                            }
+                        }
+                    }
+                }
+            }
         }
         if restored {
             self.ownership.forget(name);
@@ -363,6 +396,39 @@ impl Service {
         });
         if let FoundKind::Cgroup(rel) = &found.kind {
             d.backend.cgroups.add_tenant(&found.name, rel.clone());
+            // A pod on cgroup v2: its containers' caps go to the pod's own
+            // cgroup, added up, whose limits are recorded first as a tenant's.
+            let pod = match (&self.config.tenants[found.entry].source, &spec.group) {
+                (crate::config::TenantSource::Kubernetes { .. }, Some(g)) => {
+                    crate::kubernetes::pod_cgroup(rel).map(|c| (c, pod_key(&g.name)))
+                }
+                _ => None,
+            };
+            if let Some((pod_cgroup, key)) = pod {
+                let owned = self.ownership.get(&key).is_some();
+                let recorded = owned
+                    || match d.backend.cgroups.controller().caps(&pod_cgroup) {
+                        Ok(caps) => {
+                            self.ownership.stage(Entry {
+                                tenant: key,
+                                original: Original::Cgroup {
+                                    root: self.cgroup_root.clone(),
+                                    cgroup: pod_cgroup.clone(),
+                                    device: d.config.id,
+                                    caps,
+                                },
+                            });
+                            true
+                        }
+                        Err(e) => {
+                            debug!(tenant = %found.name, "pod cgroup limits unreadable ({e}): caps stay on the container");
+                            false
+                        }
+                    };
+                if recorded {
+                    d.backend.cgroups.share_limit(&found.name, pod_cgroup);
+                }
+            }
         }
         d.controller.add_tenant(spec.clone());
         self.failed_adoptions.remove(&found.name);

@@ -134,6 +134,8 @@ pub struct Service {
     libvirt_error: Option<String>,
     /// libvirt entries whose one domain or disk is missing, logged once.
     libvirt_missing: std::collections::HashSet<String>,
+    /// The cgroup hierarchy is v2: a parent's `io.max` bounds its subtree.
+    cgroup_v2: bool,
 }
 
 impl Service {
@@ -177,7 +179,10 @@ impl Service {
             libvirt: None,
             libvirt_error: None,
             libvirt_missing: Default::default(),
+            cgroup_v2: false,
         };
+        s.cgroup_v2 = iofloor_host::cgroup::detect(&s.cgroup_root)
+            .is_ok_and(|v| v == iofloor_host::cgroup::Version::V2);
         s.publish(Duration::ZERO);
         Ok(s)
     }
@@ -242,7 +247,7 @@ impl Service {
     pub(super) fn spec_for(&self, entry: usize, found: &Found) -> TenantSpec {
         let config = &self.config.tenants[entry];
         let name = found.name.as_str();
-        let mut spec = adoption::spec_of(config, found, self.overrides.get(name));
+        let mut spec = adoption::spec_of(config, found, self.overrides.get(name), self.cgroup_v2);
         let shared = self.config.cluster.as_ref().map(|c| c.device);
         if shared == Some(config.device) {
             if let Some(floor) = self.cluster_floors.get(name) {

@@ -57,12 +57,17 @@ impl Service {
                  `iofloor cluster set-floor` (PUT /api/v1/cluster/floors/{name})"
             )));
         }
-        if (patch.floor.is_some() || patch.ceiling.is_some())
-            && self.config.tenants[t.found.entry].share.is_some()
-        {
+        let entry = &self.config.tenants[t.found.entry];
+        let holder = match entry.source {
+            _ if entry.share.is_some() => Some("VM's (`share = \"vm\"`), shared by its disks"),
+            crate::config::TenantSource::Kubernetes { .. } => {
+                Some("pod's, shared by its containers")
+            }
+            _ => None,
+        };
+        if let (true, Some(holder)) = (patch.floor.is_some() || patch.ceiling.is_some(), holder) {
             return Err(PatchError::Invalid(format!(
-                "the floor and ceiling of `{name}` are its VM's (`share = \"vm\"`), shared by \
-                 its disks: change them in its config entry"
+                "the floor and ceiling of `{name}` are its {holder}: change them in its config entry"
             )));
         }
         let mut spec = (*t.spec).clone();

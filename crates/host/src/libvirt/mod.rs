@@ -473,9 +473,7 @@ impl Backend for LibvirtBackend {
         let Some(group) = d.shared else {
             return self.write_io_tune(&tenant.name, &IoTune::of_caps(caps));
         };
-        // The group's limit is its disks' caps added up; one without a cap
-        // leaves the whole group without one (all zeros take every disk
-        // out of the group).
+        // The group's limit is its disks' caps added up.
         self.shared_caps.insert(tenant.name.clone(), *caps);
         let members: Vec<String> = self
             .tenants
@@ -483,36 +481,53 @@ impl Backend for LibvirtBackend {
             .filter(|(_, m)| m.shared.as_deref() == Some(group.as_str()) && m.uuid == d.uuid)
             .map(|(n, _)| n.clone())
             .collect();
-        let sum = |pick: fn(&Caps) -> Option<f64>| -> Option<f64> {
-            members
-                .iter()
-                .map(|m| self.shared_caps.get(m).map_or(Some(0.0), pick))
-                .sum()
-        };
+        let member_caps: Vec<Caps> = members
+            .iter()
+            .map(|m| self.shared_caps.get(m).copied().unwrap_or(Caps::NONE))
+            .collect();
+        let capped = member_caps.iter().filter(|c| !c.is_unlimited()).count();
+        if capped == 0 {
+            // None held back: no limit, every disk out of the group.
+            for m in &members {
+                if self.joined.remove(m) || m == &tenant.name {
+                    self.write_io_tune(m, &IoTune::default())?;
+                }
+            }
+            return Ok(());
+        }
+        if capped < members.len() {
+            // Some disks held back, others free: a sum would free them all,
+            // so each disk gets its own caps, out of the group, until all
+            // are held back or none is.
+            for (m, c) in members.iter().zip(&member_caps) {
+                if self.joined.remove(m) {
+                    self.write_io_tune(m, &IoTune::default())?;
+                }
+                self.write_io_tune(m, &IoTune::of_caps(c))?;
+            }
+            return Ok(());
+        }
+        let sum =
+            |pick: fn(&Caps) -> Option<f64>| -> Option<f64> { member_caps.iter().map(pick).sum() };
         let total = Caps {
             read_iops: sum(|c| c.read_iops),
             write_iops: sum(|c| c.write_iops),
             read_bps: sum(|c| c.read_bps),
             write_bps: sum(|c| c.write_bps),
         };
-        if total.is_unlimited() {
-            for m in &members {
-                self.write_io_tune(m, &IoTune::default())?;
-                self.joined.remove(m);
-            }
-            return Ok(());
-        }
         let mut tune = IoTune::of_caps(&total);
         tune.group_name = Some(group);
         // A disk joins the group when its limits are set with its name;
         // once all have, one write on any of them sets the group's values.
+        let mut written = false;
         for m in &members {
             if !self.joined.contains(m) {
                 self.write_io_tune(m, &tune)?;
                 self.joined.insert(m.clone());
+                written |= m == &tenant.name;
             }
         }
-        if members.iter().all(|m| self.joined.contains(m)) {
+        if !written {
             self.write_io_tune(&tenant.name, &tune)?;
         }
         Ok(())

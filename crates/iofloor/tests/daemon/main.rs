@@ -1360,6 +1360,12 @@ fn the_daemon_finds_pods_by_their_cgroups_and_gives_each_pod_its_floor() {
         "cpuset cpu io memory pids\n",
     )
     .unwrap();
+    // The pods' own cgroups, one with a limit an operator set.
+    let pod_original = format!("{dev} rbps=max wbps=10485760 riops=max wiops=max\n");
+    for (pod, text) in [(&burstable, pod_original.as_str()), (&besteffort, "")] {
+        std::fs::create_dir_all(root.join(pod)).unwrap();
+        std::fs::write(root.join(pod).join("io.max"), text).unwrap();
+    }
     for dir in leaves.iter().chain([&conmon]) {
         let d = root.join(dir);
         std::fs::create_dir_all(&d).unwrap();
@@ -1452,11 +1458,31 @@ floor = "300 IOPS"
     // 1,000-IOPS device): a's cap leaves room for c's pod floor.
     let cap = tenant(&v, &a)["caps"]["read_iops"].as_f64().unwrap();
     assert!((300.0..=700.0 * 1.05).contains(&cap), "cap {cap}");
-    let written = std::fs::read_to_string(root.join(&leaves[0]).join("io.max")).unwrap();
+    // cgroup v2 bounds a subtree: with both its containers held back, the
+    // busy pod's limit is on its own cgroup (their caps added up), theirs
+    // none; with one free, each has its own.
+    let pod_max = std::fs::read_to_string(root.join(&burstable).join("io.max")).unwrap();
+    let leaf_max = std::fs::read_to_string(root.join(&leaves[0]).join("io.max")).unwrap();
+    eprintln!("pod io.max: {pod_max:?}; busy container io.max: {leaf_max:?}");
+    let limited = |t: &str| {
+        t.starts_with(&format!("{dev} ")) && t.contains("riops=") && !t.contains("riops=max")
+    };
     assert!(
-        written.starts_with(&format!("{dev} ")) && written.contains("riops="),
-        "{written}"
+        limited(&pod_max) || limited(&leaf_max),
+        "pod {pod_max:?}, container {leaf_max:?}"
     );
+    // Summed on the pod, the limit is what the pod as a whole may use:
+    // the device's 970 less what the other pod is entitled to.
+    let riops = |t: &str| -> f64 {
+        t.split_whitespace()
+            .find_map(|f| f.strip_prefix("riops="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::INFINITY)
+    };
+    if limited(&pod_max) {
+        assert!(riops(&pod_max) <= 700.0 * 1.05, "{pod_max}");
+        assert!(!limited(&leaf_max), "the containers' own none: {leaf_max}");
+    }
     let (_, admission) = daemon.get("/api/v1/admission");
     let rows = admission["devices"][0]["tenants"].as_array().unwrap();
     assert!(
@@ -1473,6 +1499,13 @@ floor = "300 IOPS"
         assert!(
             !now.contains("riops=") || now.contains("riops=max"),
             "{leaf}: restored: {now}"
+        );
+    }
+    let pod_now = std::fs::read_to_string(root.join(&burstable).join("io.max")).unwrap();
+    for field in pod_original.split_whitespace().skip(1) {
+        assert!(
+            pod_now.contains(field),
+            "the pod's own limit restored: {pod_now}"
         );
     }
 }
