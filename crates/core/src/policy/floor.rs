@@ -36,6 +36,15 @@
 //! A cap is never set below what the tenant's floor entitles it to, unless the
 //! floors together exceed the device (admission control reports that case);
 //! then every entitlement is scaled down by the same factor.
+//!
+//! Tenants in groups (crate::hierarchy, docs/policies.md#groups): a group's
+//! floor is split into each member's claim (what it shows it wants) for
+//! step 3 and its reserve (its share by weight) for the burst guard; step 4
+//! shares down the tree, a group's entitlement going to its own members
+//! first, and a held member may use what its siblings leave of their
+//! allocations; a group below its floor on an overloaded device is starved;
+//! step 5 holds group ceilings, and for a group enforced as one limit makes
+//! its members' caps add up to what the group as a whole may use.
 
 use super::{Feasibility, MixMemory, Policy, PolicyContext};
 use crate::capacity::{CapacityLoop, CapacitySettings, Observation, Verdict};
