@@ -35,7 +35,8 @@ pub struct Tree {
 impl Tree {
     /// The tree of the tenants' groups. A group is known by its name: the
     /// first definition seen of a name wins (a cluster's hosts may send the
-    /// same group), so the tree is always a tree, whatever the specs say.
+    /// same group), and a lineage naming a group twice ends at the second,
+    /// so the tree is always a tree, whatever the specs say.
     pub fn build(tenants: &[TenantSample]) -> Tree {
         Tree::of_specs(tenants.iter().map(|t| &*t.spec))
     }
@@ -49,9 +50,15 @@ impl Tree {
         for (i, spec) in specs.enumerate() {
             let Some(group) = &spec.group else { continue };
             let mut child = i;
+            // Groups made by this walk: a lineage that names one of them
+            // again (specs from a cluster's other hosts are not checked as
+            // a config is) ends there rather than closing a cycle.
+            let walk_start = leaves + groups.len();
             for g in group.lineage() {
                 if let Some(&node) = index.get(g.name.as_str()) {
-                    parent[child] = Some(node);
+                    if node < walk_start {
+                        parent[child] = Some(node);
+                    }
                     break;
                 }
                 let node = leaves + groups.len();
@@ -295,9 +302,10 @@ impl Tree {
     /// the floor held ready for it. Inside a ceilinged group the ceiling is
     /// handed out in tiers, each by weight: first the floors (reserves,
     /// what is in use of them first), which fit the ceiling as the config
-    /// checks; then the allocations beyond them; then the rest, never above
-    /// the caps members had. So no group's members are allowed more than
-    /// its ceiling, and no member less than its floor.
+    /// checks; then `least` for every member (none stopped dead by siblings
+    /// that fill the ceiling); then the allocations beyond them; then the
+    /// rest, never above the caps members had. So no group's members
+    /// are allowed more than its ceiling, and no member less than its floor.
     pub fn hold_ceilings(
         &self,
         caps: &mut [f64],
@@ -305,15 +313,20 @@ impl Tree {
         reserve: &[f64],
         ceiling: &[f64],
         weight: &[f64],
+        least: f64,
     ) {
         let n = self.nodes();
         let leaves = self.leaves;
         // Per node, the tiers' marks: the used part of the floor, the
-        // floor, the allocation or the floor, and the caps.
-        let leaf_tiers: [Vec<f64>; 4] = [
+        // floor, a little for every member (never stopped dead while the
+        // ceiling has room for it), the allocation, and the caps.
+        let leaf_tiers: [Vec<f64>; 5] = [
             (0..leaves).map(|i| alloc[i].min(reserve[i])).collect(),
             reserve[..leaves].to_vec(),
-            (0..leaves).map(|i| alloc[i].max(reserve[i])).collect(),
+            (0..leaves).map(|i| reserve[i].max(least)).collect(),
+            (0..leaves)
+                .map(|i| alloc[i].max(reserve[i]).max(least))
+                .collect(),
             caps.to_vec(),
         ];
         let tiers: Vec<Vec<f64>> = leaf_tiers
@@ -333,7 +346,7 @@ impl Tree {
                     .collect()
             })
             .collect();
-        let wanted = &tiers[3];
+        let wanted = &tiers[4];
         let mut wanted_nodes = wanted.clone();
         for &node in self.top_down.iter().rev() {
             if node >= leaves {
@@ -358,7 +371,7 @@ impl Tree {
             }
             kids.iter().for_each(|&c| limit[c] = 0.0);
             let mut budget = limit[node];
-            for tier in tiers.iter().take(3) {
+            for tier in tiers.iter().take(4) {
                 budget = water_fill(kids, &mut limit, tier, weight, budget);
             }
             water_fill(kids, &mut limit, &wanted_nodes, weight, budget);
@@ -390,8 +403,14 @@ pub type GroupError = (usize, ValidationError);
 pub fn build_groups(defs: &[GroupDef]) -> Result<Vec<Arc<GroupSpec>>, GroupError> {
     let mut index: HashMap<&str, usize> = HashMap::new();
     for (i, d) in defs.iter().enumerate() {
-        if d.name.trim().is_empty() {
-            return Err((i, ValidationError::new("name", "must not be empty")));
+        if d.name.trim().is_empty() || d.name.contains('/') {
+            return Err((
+                i,
+                ValidationError::new(
+                    "name",
+                    "must be non-empty, without `/` (kept for the groups iofloor makes per VM and pod)",
+                ),
+            ));
         }
         if index.insert(d.name.as_str(), i).is_some() {
             return Err((
@@ -646,6 +665,24 @@ mod tests {
         let mut bad_ceiling = def("c", Some(100.0), None);
         bad_ceiling.ceiling = Some(Rate::Iops(50.0));
         assert!(err(&[bad_ceiling]).1.starts_with("`ceiling`"));
+    }
+
+    #[test]
+    fn a_lineage_naming_a_group_twice_ends_there() {
+        // a in b in a, as another host could send it.
+        let a = Arc::new(GroupSpec::new("a"));
+        let mut b = GroupSpec::new("b");
+        b.parent = Some(a);
+        let mut a2 = GroupSpec::new("a");
+        a2.parent = Some(Arc::new(b));
+        let mut spec = crate::model::TenantSpec::new("t", TenantClass::Container);
+        spec.group = Some(Arc::new(a2));
+        let tree = Tree::of_specs([spec].iter());
+        assert_eq!(tree.nodes(), 3);
+        assert_eq!(tree.top_down().len(), 3, "every node reachable from a root");
+        assert_eq!(tree.parent(0), Some(1));
+        assert_eq!(tree.parent(1), Some(2));
+        assert_eq!(tree.parent(2), None);
     }
 
     #[test]

@@ -294,7 +294,7 @@ proptest! {
         }
         // Every leaf wanting all it can get: the ceilings cut their caps.
         let mut caps = vec![f64::INFINITY; t.leaves()];
-        t.hold_ceilings(&mut caps, &s.alloc, &x.floor, &x.ceiling, &x.weight);
+        t.hold_ceilings(&mut caps, &s.alloc, &x.floor, &x.ceiling, &x.weight, 0.0);
         let per_node = t.sum_up(&caps);
         for (node, (allowed, ceiling)) in per_node.iter().zip(&x.ceiling).enumerate() {
             prop_assert!(*allowed <= ceiling * (1.0 + 1e-9) + EPS,
@@ -448,4 +448,81 @@ fn a_noisy_member_takes_its_siblings_share_first() {
         (a_alloc - (0.4 + 0.085)).abs() < 1e-9,
         "a {a_alloc}, b {b_alloc}"
     );
+}
+
+/// A group's ceiling filled by a busy member leaves its idle sibling a
+/// little (never a cap of 0, which the kernel takes as one I/O an age), and
+/// the idle one does not count as pressing against it.
+#[test]
+fn an_idle_member_under_a_filled_ceiling_is_not_stopped_dead() {
+    let mut g = GroupSpec::new("pod");
+    g.ceiling = Some(Rate::Cost(0.5));
+    let g = Arc::new(g);
+    let member = |name: &str| {
+        let mut s = TenantSpec::new(name, TenantClass::Container);
+        s.group = Some(g.clone());
+        Arc::new(s)
+    };
+    let other =
+        Arc::new(TenantSpec::new("other", TenantClass::Container).with_floor(Rate::Cost(0.2)));
+    let specs = [member("busy"), member("idle"), other];
+    let cost = CostModel::new(CostParams {
+        rbps: 2e9,
+        rseqiops: 400e3,
+        rrandiops: 100e3,
+        wbps: 1e9,
+        wseqiops: 150e3,
+        wrandiops: 60e3,
+    })
+    .unwrap();
+    let mut policy = build(
+        PolicyKind::Floor,
+        &PolicyParams::default(),
+        PolicyContext {
+            cost,
+            capacity: 1.0,
+        },
+    );
+    let mut caps = vec![Caps::NONE; 3];
+    let mut busy_caps = Vec::new();
+    for step in 0..4u64 {
+        let unit = samples(&specs[..1], &[1.0])[0].usage.unwrap();
+        let per_unit = cost.cost_rate(&unit);
+        let allowed = |c: &Caps| cost.cost_allowed_by(c, &unit).unwrap_or(f64::INFINITY);
+        let got = [0.9f64.min(allowed(&caps[0])), 0.0, 0.2];
+        let mut snap_tenants = samples(
+            &specs,
+            &got.iter().map(|g| g / per_unit).collect::<Vec<_>>(),
+        );
+        for (t, c) in snap_tenants.iter_mut().zip(&caps) {
+            t.caps = *c;
+        }
+        let snap = Snapshot {
+            now: Duration::from_secs(step),
+            interval: Duration::from_secs(1),
+            device: Some(DeviceSample {
+                utilisation: 1.0,
+                avg_queue: 1.0,
+                iops: 1000.0,
+            }),
+            tenants: &snap_tenants,
+        };
+        caps = policy.decide(&snap);
+        // Never seen doing I/O, the idle member's cap is priced at an
+        // assumed half-read, half-write mix: half of it is reads.
+        let idle = allowed(&caps[1]);
+        assert!(
+            idle >= 0.0005 * (1.0 - 1e-9),
+            "step {step}: idle member allowed {idle}"
+        );
+        assert!(
+            allowed(&caps[0]) + idle <= 0.5 * (1.0 + 1e-9),
+            "step {step}: above the ceiling"
+        );
+        busy_caps.push(allowed(&caps[0]));
+    }
+    // The busy member keeps what the ceiling leaves it, interval after interval.
+    for w in busy_caps.windows(2) {
+        assert!(w[1] >= w[0] * 0.99, "busy member's cap fell: {busy_caps:?}");
+    }
 }

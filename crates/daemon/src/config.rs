@@ -834,11 +834,14 @@ impl Checker<'_> {
             let tenant = self.tenant(t, devices).map_err(located)?;
             // One cgroup, drive or disk is one tenant, in one group: two
             // entries naming it would give it two promises.
-            if let Some(j) = tenants.iter().position(|o| o.source == tenant.source) {
+            if let Some(j) = tenants
+                .iter()
+                .position(|o| o.source == tenant.source && o.device == tenant.device)
+            {
                 return Err(located(ValidationError::new(
                     tenant.source_key(),
                     format!(
-                        "`{}` is `tenant[{j}]`'s too: a tenant is named once (and is in one group)",
+                        "`{}` on this device is `tenant[{j}]`'s too: a tenant is named once (and is in one group)",
                         tenant.source.pattern()
                     ),
                 )));
@@ -1166,7 +1169,7 @@ weight = 200
         let e = error_of(&with("[[tenant]]\nname = \"a\"\ncgroup = \"x/y\"\n\n[[tenant]]\nname = \"b\"\ncgroup = \"/x/y\"\n"));
         assert!(
             e.message
-                .contains("`tenant[1].cgroup` `x/y` is `tenant[0]`'s too"),
+                .contains("`tenant[1].cgroup` `x/y` on this device is `tenant[0]`'s too"),
             "{e}"
         );
         let e = error_of(&with("[libvirt]\nuri = \"\"\n"));

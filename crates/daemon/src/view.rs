@@ -251,7 +251,7 @@ pub struct TenantList {
     pub tenants: Vec<TenantView>,
 }
 
-/// Everything the API reads, replaced or appended to once per interval.
+/// Adds a point to a tenant's history (see [`View::push_point`]).
 fn push_point(history: &mut BTreeMap<String, VecDeque<Point>>, name: &str, point: Point) {
     let h = match history.get_mut(name) {
         Some(h) => h,
@@ -265,6 +265,7 @@ fn push_point(history: &mut BTreeMap<String, VecDeque<Point>>, name: &str, point
     h.push_back(point);
 }
 
+/// Everything the API reads, replaced or appended to once per interval.
 #[derive(Debug, Clone)]
 pub struct View {
     pub status: Status,

@@ -21,6 +21,8 @@ pub struct CgroupBackend {
     /// holds caps of its own now (while its group's are not summed).
     shared_caps: HashMap<String, Caps>,
     own_caps: HashSet<String>,
+    /// Each group cgroup's members, in the order they were shared.
+    members: HashMap<PathBuf, Vec<String>>,
 }
 
 impl CgroupBackend {
@@ -32,6 +34,7 @@ impl CgroupBackend {
             shared: HashMap::new(),
             shared_caps: HashMap::new(),
             own_caps: HashSet::new(),
+            members: HashMap::new(),
         }
     }
 
@@ -42,6 +45,10 @@ impl CgroupBackend {
     pub fn share_limit(&mut self, name: &str, group_cgroup: PathBuf) -> bool {
         if self.io.version() != Version::V2 {
             return false;
+        }
+        let members = self.members.entry(group_cgroup.clone()).or_default();
+        if !members.iter().any(|m| m == name) {
+            members.push(name.to_string());
         }
         self.shared.insert(name.to_string(), group_cgroup);
         true
@@ -64,6 +71,14 @@ impl CgroupBackend {
         self.shared_caps.remove(name);
         self.own_caps.remove(name);
         let group = self.shared.remove(name);
+        if let Some(g) = &group {
+            if let Some(members) = self.members.get_mut(g) {
+                members.retain(|m| m != name);
+                if members.is_empty() {
+                    self.members.remove(g);
+                }
+            }
+        }
         self.cgroups.remove(name);
         group
     }
@@ -98,12 +113,7 @@ impl Backend for CgroupBackend {
             return self.io.set_caps(self.cgroup(tenant)?, caps);
         };
         self.shared_caps.insert(tenant.name.clone(), *caps);
-        let members: Vec<String> = self
-            .shared
-            .iter()
-            .filter(|(_, g)| **g == group)
-            .map(|(n, _)| n.clone())
-            .collect();
+        let members: Vec<String> = self.members.get(&group).cloned().unwrap_or_default();
         let member_caps: Vec<Caps> = members
             .iter()
             .map(|m| self.shared_caps.get(m).copied().unwrap_or(Caps::NONE))

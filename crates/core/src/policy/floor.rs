@@ -540,7 +540,7 @@ impl FloorPolicy {
                 .iter()
                 .zip(&prev)
                 .map(|(&u, st)| match st.cap {
-                    Some(cap) if u >= p.pressing * cap => f64::INFINITY,
+                    Some(cap) if u > 0.0 && u >= p.pressing * cap => f64::INFINITY,
                     _ => u * (1.0 + p.headroom),
                 })
                 .collect();
@@ -707,7 +707,9 @@ impl FloorPolicy {
                     .and_then(|c| cost.rate_to_cost(c, &mix))
                     .unwrap_or(f64::INFINITY);
                 let u = priced.usage[i];
-                let pressing = priced.prev[i].cap.is_some_and(|cap| u >= p.pressing * cap);
+                // Only I/O presses: an idle tenant under any cap is not held.
+                let pressing =
+                    u > 0.0 && priced.prev[i].cap.is_some_and(|cap| u >= p.pressing * cap);
                 let latency = t.usage.and_then(|u| u.latency_us);
                 let starved = u > 0.0
                     && u < floor
@@ -878,7 +880,7 @@ impl FloorPolicy {
                             .max(shares.entitlement[i] * ENFORCEMENT_MARGIN)
                             .max(own_part);
                         match loosened {
-                            Some(c) => Some(c.min(guard).max(own_part).max(MIN_CAP * capacity)),
+                            Some(c) => limited(c.min(guard).max(own_part)),
                             None => limited(guard),
                         }
                     };
@@ -917,6 +919,7 @@ impl FloorPolicy {
             &reserve,
             &priced.node_ceiling,
             &priced.node_weight,
+            MIN_CAP * capacity,
         );
         let mut decided: Vec<Decided> = decided
             .into_iter()

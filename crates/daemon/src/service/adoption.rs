@@ -23,11 +23,16 @@ use tracing::{debug, info, warn};
 /// `cgroup_v2`: the cgroup hierarchy bounds a subtree, so a pod's
 /// containers can share one limit on the pod's cgroup (a VM's disks always
 /// can, in a QEMU throttle group).
+///
+/// `host`: in cluster mode, this host's name, which a VM's group name
+/// starts with (a VM's name says nothing of other hosts' VMs; a pod's UID
+/// is the cluster's own).
 pub(super) fn spec_of(
     t: &TenantConfig,
     found: &Found,
     patch: Option<&Patch>,
     cgroup_v2: bool,
+    host: Option<&str>,
 ) -> TenantSpec {
     let mut spec = TenantSpec {
         name: found.name.clone(),
@@ -49,6 +54,10 @@ pub(super) fn spec_of(
                 format!("{}/{domain}", t.name)
             } else {
                 t.name.clone()
+            };
+            let name = match host {
+                Some(h) => format!("{h}/{name}"),
+                None => name,
             };
             Some((name, true))
         }
@@ -98,11 +107,13 @@ fn throttle_group_name(group: &str) -> String {
     format!("iofloor-{clean}")
 }
 
-/// Restores limits a previous run left behind (after a crash). Errors are
-/// logged; an object that is gone has nothing to restore.
-pub fn restore_leftovers(path: &Path) -> anyhow::Result<usize> {
+/// Restores limits a previous run left behind (after a crash). Returns the
+/// entries whose limits could not be put back (libvirt down, a monitor
+/// that hangs): they stay the record of those originals, so a tenant found
+/// again is not recorded with iofloor's old caps as its "original".
+pub fn restore_leftovers(path: &Path) -> anyhow::Result<Vec<Entry>> {
     let Some((pid, entries)) = Ownership::leftovers(path)? else {
-        return Ok(0);
+        return Ok(Vec::new());
     };
     if pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists() {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
@@ -113,21 +124,25 @@ pub fn restore_leftovers(path: &Path) -> anyhow::Result<usize> {
             );
         }
     }
-    let mut restored = 0;
+    let mut kept = Vec::new();
     for e in &entries {
-        match restore(&e.tenant, &e.original, None) {
-            Ok(()) => restored += 1,
-            Err(err) => {
-                warn!(tenant = %e.tenant, "could not restore limits left by pid {pid}: {err}")
-            }
+        if let Err(err) = restore(&e.tenant, &e.original, None) {
+            warn!(tenant = %e.tenant, "could not restore limits left by pid {pid}: {err}; kept in the state file");
+            kept.push(e.clone());
         }
     }
     info!(
-        "restored the limits of {restored} of {} tenants left by a previous run (pid {pid})",
+        "restored the limits of {} of {} tenants left by a previous run (pid {pid})",
+        entries.len() - kept.len(),
         entries.len()
     );
     std::fs::remove_file(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    Ok(restored)
+    Ok(kept)
+}
+
+/// Puts one recorded original back, without a tenant to go with it.
+pub(super) fn restore_entry(e: &Entry) -> anyhow::Result<()> {
+    restore(&e.tenant, &e.original, None)
 }
 
 /// The longest wait, in intervals, between tries to adopt a failing tenant.
@@ -241,9 +256,11 @@ impl Service {
         if let Some(l) = d.backend.libvirt.as_mut() {
             l.remove_tenant(name);
         }
+        let mut pod_restored = true;
         if let FoundKind::Cgroup(_) = t.found.kind {
             let shared = d.backend.cgroups.remove_tenant(name);
-            // The pod's last container: the pod's cgroup gets its limits back.
+            // The pod's last container: the pod's cgroup gets its limits back
+            // (kept in the state file if that fails, as a tenant's are).
             if let (Some(pod_cgroup), Some(g)) = (shared, &t.spec.group) {
                 if d.backend.cgroups.sharing(&pod_cgroup) == 0 {
                     let key = pod_key(&g.name);
@@ -251,7 +268,8 @@ impl Service {
                         match restore(&key, &e.original, None) {
                             Ok(()) => self.ownership.forget(&key),
                             Err(err) => {
-                                warn!(group = %g.name, "could not restore the pod cgroup's limits: {err}")
+                                warn!(group = %g.name, "could not restore the pod cgroup's limits: {err}");
+                                pod_restored = false;
                             }
                         }
                     }
@@ -269,7 +287,7 @@ impl Service {
         if let Some(v) = view {
             self.shared.metrics.forget_tenant(&v);
         }
-        restored
+        restored && pod_restored
     }
 
     /// Adopts a found tenant: stages its current limits for the state file,
@@ -404,7 +422,8 @@ impl Service {
                 }
                 _ => None,
             };
-            if let Some((pod_cgroup, key)) = pod {
+            // On cgroup v1 blk-throttle is flat: the containers keep their own.
+            if let Some((pod_cgroup, key)) = pod.filter(|_| self.cgroup_v2) {
                 let owned = self.ownership.get(&key).is_some();
                 let recorded = owned
                     || match d.backend.cgroups.controller().caps(&pod_cgroup) {

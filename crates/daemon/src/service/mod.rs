@@ -143,7 +143,7 @@ impl Service {
     /// models, takes the state file. Nothing is written to a tenant yet.
     pub fn new(config: Config, shared: Arc<Shared>) -> anyhow::Result<Service> {
         let root = cgroup_root(&config)?;
-        restore_leftovers(&config.state_file)?;
+        let unrestored = restore_leftovers(&config.state_file)?;
         let devices = config
             .devices
             .iter()
@@ -157,7 +157,13 @@ impl Service {
                 build_device(&config, d, &root, agent)
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let ownership = Ownership::create(&config.state_file)?;
+        let mut ownership = Ownership::create(&config.state_file)?;
+        // Still the only record of those limits: on disk before anything
+        // else, put back when their tenants are released.
+        for e in unrestored {
+            ownership.stage(e);
+        }
+        ownership.flush()?;
         *shared.token.lock().unwrap() = config.api.token.clone();
         let mut s = Service {
             config,
@@ -247,7 +253,14 @@ impl Service {
     pub(super) fn spec_for(&self, entry: usize, found: &Found) -> TenantSpec {
         let config = &self.config.tenants[entry];
         let name = found.name.as_str();
-        let mut spec = adoption::spec_of(config, found, self.overrides.get(name), self.cgroup_v2);
+        let host = self.config.cluster.as_ref().map(|c| c.host.as_str());
+        let mut spec = adoption::spec_of(
+            config,
+            found,
+            self.overrides.get(name),
+            self.cgroup_v2,
+            host,
+        );
         let shared = self.config.cluster.as_ref().map(|c| c.device);
         if shared == Some(config.device) {
             if let Some(floor) = self.cluster_floors.get(name) {
@@ -353,6 +366,18 @@ impl Service {
         for name in names {
             if !self.release(&name) {
                 failed += 1;
+            }
+        }
+        // What is left has no tenant now: entries a crashed run left that
+        // could not be put back then, a pod cgroup whose restore failed.
+        let orphans: Vec<crate::ownership::Entry> = self.ownership.entries().cloned().collect();
+        for e in orphans {
+            match adoption::restore_entry(&e) {
+                Ok(()) => self.ownership.forget(&e.tenant),
+                Err(err) => {
+                    warn!(tenant = %e.tenant, "could not restore its limits: {err}");
+                    failed += 1;
+                }
             }
         }
         if failed > 0 {

@@ -2,6 +2,7 @@
 //! changes what needs a restart, is refused and the running config stays.
 
 use super::Service;
+use crate::config::TenantSource;
 use crate::config::{Config, ConfigError};
 use crate::view::Reload;
 use std::sync::Arc;
@@ -84,10 +85,16 @@ impl Service {
         for name in names {
             let t = &self.tenants[&name];
             let old_entry = &old.tenants[t.found.entry];
+            // A new libvirt URI or `share` is a new way to reach or cap the
+            // tenant: released here, adopted again as the new config says.
+            let same_libvirt = !matches!(old_entry.source, TenantSource::Libvirt { .. })
+                || old.libvirt_uri == self.config.libvirt_uri;
             let kept = self.config.tenants.iter().position(|e| {
                 e.name == old_entry.name
                     && e.source == old_entry.source
                     && e.device == old_entry.device
+                    && e.share == old_entry.share
+                    && same_libvirt
             });
             match kept {
                 Some(i) => {
@@ -98,9 +105,14 @@ impl Service {
                     t.spec = spec;
                 }
                 None => {
-                    info!(tenant = %name, "no longer configured; released");
+                    info!(tenant = %name, "no longer configured as it was; released");
                     self.release(&name);
                 }
+            }
+        }
+        if old.libvirt_uri != self.config.libvirt_uri {
+            for d in &mut self.devices {
+                d.backend.libvirt = None;
             }
         }
     }

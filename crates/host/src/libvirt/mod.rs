@@ -18,7 +18,7 @@ pub mod testbed;
 
 use crate::error::{HostError, Result};
 use crate::qmp_backend::Hung;
-use ffi::{Connection, LvError, ParamValue, TypedParam};
+use ffi::{Connection, Domain, LvError, ParamValue, TypedParam};
 use iofloor_core::{Backend, Caps, Counters, DeviceCounters, TenantSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -49,7 +49,30 @@ pub struct IoTune {
     pub write_iops_sec: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group_name: Option<String>,
+    /// Burst limits an operator set (`*_max`, `*_max_length`,
+    /// `size_iops_sec`), non-zero ones only: cleared while iofloor caps the
+    /// disk (QEMU refuses a cap below a burst, or a burst without its rate)
+    /// and put back with the rest.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub bursts: std::collections::BTreeMap<String, u64>,
 }
+
+/// libvirt's burst fields beside the six rates.
+const BURST_FIELDS: [&str; 13] = [
+    "total_bytes_sec_max",
+    "read_bytes_sec_max",
+    "write_bytes_sec_max",
+    "total_iops_sec_max",
+    "read_iops_sec_max",
+    "write_iops_sec_max",
+    "size_iops_sec",
+    "total_bytes_sec_max_length",
+    "read_bytes_sec_max_length",
+    "write_bytes_sec_max_length",
+    "total_iops_sec_max_length",
+    "read_iops_sec_max_length",
+    "write_iops_sec_max_length",
+];
 
 const RATE_FIELDS: [&str; 6] = [
     "total_bytes_sec",
@@ -85,6 +108,11 @@ impl IoTune {
             read_iops_sec: get("read_iops_sec"),
             write_iops_sec: get("write_iops_sec"),
             group_name,
+            bursts: BURST_FIELDS
+                .iter()
+                .map(|f| (f.to_string(), get(f)))
+                .filter(|(_, v)| *v > 0)
+                .collect(),
         }
     }
 
@@ -165,16 +193,20 @@ pub fn disk_targets(xml: &str) -> std::result::Result<Vec<String>, String> {
 type Job = Box<dyn FnOnce(&mut Session) + Send>;
 
 /// The worker's side: the connection, made on demand and dropped on a
-/// connection error so the next job makes it again.
+/// connection error so the next job makes it again; and what it learned on
+/// it: domain handles by UUID (a lookup is a round trip each interval
+/// otherwise) and each domain's disks (its XML read once).
 struct Session {
     uri: String,
     conn: Option<Connection>,
+    handles: HashMap<String, Domain>,
+    disks: HashMap<String, Vec<String>>,
 }
 
 impl Session {
     fn connection(&mut self) -> std::result::Result<&Connection, LvError> {
         if self.conn.as_ref().is_some_and(|c| !c.is_alive()) {
-            self.conn = None;
+            self.drop_connection();
         }
         if self.conn.is_none() {
             self.conn = Some(Connection::open(&self.uri)?);
@@ -182,16 +214,47 @@ impl Session {
         Ok(self.conn.as_ref().expect("opened above"))
     }
 
-    /// Runs `f` on the connection; an error from the connection itself
-    /// (libvirtd gone, restarted, keepalive timed out) drops it.
+    fn drop_connection(&mut self) {
+        self.handles.clear();
+        self.conn = None;
+    }
+
+    /// Whether an error means the connection itself failed (libvirtd gone,
+    /// restarted, keepalive timed out).
+    fn failed(&self, e: &LvError) -> bool {
+        e.domain == ffi::FROM_RPC || self.conn.as_ref().is_some_and(|c| !c.is_alive())
+    }
+
+    /// Runs `f` on the connection, dropped on a connection error.
     fn with<T>(
         &mut self,
         f: impl FnOnce(&Connection) -> std::result::Result<T, LvError>,
     ) -> std::result::Result<T, LvError> {
         let result = f(self.connection()?);
         if let Err(e) = &result {
-            if e.domain == ffi::FROM_RPC || self.conn.as_ref().is_some_and(|c| !c.is_alive()) {
-                self.conn = None;
+            if self.failed(e) {
+                self.drop_connection();
+            }
+        }
+        result
+    }
+
+    /// Runs `f` on the domain `uuid`, its handle kept for next time (and
+    /// forgotten when it fails: the domain went, or the connection did).
+    fn with_domain<T>(
+        &mut self,
+        uuid: &str,
+        f: impl FnOnce(&Domain) -> std::result::Result<T, LvError>,
+    ) -> std::result::Result<T, LvError> {
+        if !self.handles.contains_key(uuid) {
+            let dom = self.with(|c| c.domain_by_uuid(uuid))?;
+            self.handles.insert(uuid.to_string(), dom);
+        }
+        let result = f(&self.handles[uuid]);
+        if let Err(e) = &result {
+            self.handles.remove(uuid);
+            if self.failed(e) {
+                self.drop_connection();
             }
         }
         result
@@ -220,6 +283,11 @@ pub struct LibvirtBackend {
     /// all of them: a write on one updates the group).
     shared_caps: HashMap<String, Caps>,
     joined: std::collections::HashSet<String>,
+    /// Disks not written to yet: they may sit in an operator's throttle
+    /// group, which caps written without a group name would set whole.
+    fresh: std::collections::HashSet<String>,
+    /// Each shared throttle group's disks, by domain UUID and group name.
+    members: HashMap<(String, String), Vec<String>>,
     hung: Option<Hung>,
     timeout: Duration,
 }
@@ -238,6 +306,8 @@ impl LibvirtBackend {
                 let mut session = Session {
                     uri: worker_uri,
                     conn: None,
+                    handles: HashMap::new(),
+                    disks: HashMap::new(),
                 };
                 for job in queue {
                     job(&mut session);
@@ -250,6 +320,8 @@ impl LibvirtBackend {
             tenants: HashMap::new(),
             shared_caps: HashMap::new(),
             joined: Default::default(),
+            fresh: Default::default(),
+            members: HashMap::new(),
             hung: None,
             timeout,
         })
@@ -309,25 +381,36 @@ impl LibvirtBackend {
     }
 
     /// The active domains and their disks.
+    /// A domain that goes while it is listed is left out; a domain's disks
+    /// are read from its XML once (a disk hot-plugged later is not seen
+    /// until the daemon restarts or the domain does).
     pub fn domains(&mut self) -> Result<Vec<DomainInfo>> {
         self.call("listing domains", |s| {
-            s.with(|c| {
-                let mut out = Vec::new();
-                for d in c.active_domains()? {
-                    let xml = d.xml()?;
-                    out.push(DomainInfo {
-                        name: d.name()?,
-                        uuid: d.uuid()?,
-                        disks: disk_targets(&xml).map_err(|message| LvError {
-                            code: 0,
-                            domain: 0,
-                            message,
-                        })?,
-                    });
-                }
-                out.sort();
-                Ok(out)
-            })
+            let listed = s.with(|c| c.active_domains())?;
+            let mut out = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            for d in listed {
+                let (Ok(name), Ok(uuid)) = (d.name(), d.uuid()) else {
+                    continue;
+                };
+                seen.insert(uuid.clone());
+                let disks = match s.disks.get(&uuid) {
+                    Some(disks) => disks.clone(),
+                    None => {
+                        let Ok(xml) = d.xml() else { continue };
+                        let Ok(disks) = disk_targets(&xml) else {
+                            continue;
+                        };
+                        s.disks.insert(uuid.clone(), disks.clone());
+                        disks
+                    }
+                };
+                out.push(DomainInfo { name, uuid, disks });
+            }
+            // A domain that stopped may come back with other disks.
+            s.disks.retain(|u, _| seen.contains(u));
+            out.sort();
+            Ok(out)
         })
     }
 
@@ -342,6 +425,13 @@ impl LibvirtBackend {
         disk: &str,
         shared: Option<&str>,
     ) {
+        self.remove_tenant(name);
+        if let Some(g) = shared {
+            self.members
+                .entry((domain.uuid.clone(), g.to_string()))
+                .or_default()
+                .push(name.to_string());
+        }
         self.tenants.insert(
             name.to_string(),
             Disk {
@@ -351,12 +441,26 @@ impl LibvirtBackend {
                 shared: shared.map(str::to_string),
             },
         );
+        self.fresh.insert(name.to_string());
     }
 
     pub fn remove_tenant(&mut self, name: &str) -> bool {
         self.shared_caps.remove(name);
         self.joined.remove(name);
-        self.tenants.remove(name).is_some()
+        self.fresh.remove(name);
+        let Some(d) = self.tenants.remove(name) else {
+            return false;
+        };
+        if let Some(g) = d.shared {
+            let key = (d.uuid, g);
+            if let Some(members) = self.members.get_mut(&key) {
+                members.retain(|m| m != name);
+                if members.is_empty() {
+                    self.members.remove(&key);
+                }
+            }
+        }
+        true
     }
 
     pub fn has_tenant(&self, name: &str) -> bool {
@@ -375,8 +479,7 @@ impl LibvirtBackend {
         let d = self.disk(name)?;
         let what = format!("reading the limits of {}/{}", d.domain, d.target);
         self.call(&what, move |s| {
-            s.with(|c| {
-                let dom = c.domain_by_uuid(&d.uuid)?;
+            s.with_domain(&d.uuid, |dom| {
                 Ok(IoTune::from_params(&dom.block_io_tune(&d.target)?))
             })
         })
@@ -401,8 +504,7 @@ impl LibvirtBackend {
         let tune = tune.clone();
         let what = format!("setting the limits of {}/{}", d.domain, d.target);
         self.call(&what, move |s| {
-            s.with(|c| {
-                let dom = c.domain_by_uuid(&d.uuid)?;
+            s.with_domain(&d.uuid, |dom| {
                 let group = match &tune.group_name {
                     Some(g) => Some(std::ffi::CString::new(g.as_str()).map_err(|_| LvError {
                         code: 0,
@@ -416,6 +518,20 @@ impl LibvirtBackend {
                     .zip(tune.rates())
                     .map(|(f, v)| TypedParam::ullong(f, v))
                     .collect();
+                // Bursts only where they are to be set or were there: a
+                // zero burst length without its burst is refused.
+                for f in BURST_FIELDS
+                    .iter()
+                    .filter(|f| f.ends_with("_max") || **f == "size_iops_sec")
+                {
+                    params.push(TypedParam::ullong(
+                        f,
+                        tune.bursts.get(*f).copied().unwrap_or(0),
+                    ));
+                }
+                for (f, v) in tune.bursts.iter().filter(|(f, _)| f.ends_with("_length")) {
+                    params.push(TypedParam::ullong(f, *v));
+                }
                 if let Some(g) = &group {
                     params.push(TypedParam::string("group_name", g));
                 }
@@ -446,8 +562,7 @@ impl Backend for LibvirtBackend {
         let d = self.disk(&tenant.name)?;
         let what = format!("statistics of {}/{}", d.domain, d.target);
         let (state, stats) = self.call(&what, move |s| {
-            s.with(|c| {
-                let dom = c.domain_by_uuid(&d.uuid)?;
+            s.with_domain(&d.uuid, |dom| {
                 let state = dom.state()?;
                 Ok((state, dom.block_stats(&d.target)?))
             })
@@ -470,17 +585,21 @@ impl Backend for LibvirtBackend {
 
     fn apply_caps(&mut self, tenant: &TenantSpec, caps: &Caps) -> Result<()> {
         let d = self.disk(&tenant.name)?;
+        // Out of any throttle group it was in (all zeros) before its own
+        // caps: in an operator's group they would set the whole group.
+        if self.fresh.remove(&tenant.name) {
+            self.write_io_tune(&tenant.name, &IoTune::default())?;
+        }
         let Some(group) = d.shared else {
             return self.write_io_tune(&tenant.name, &IoTune::of_caps(caps));
         };
         // The group's limit is its disks' caps added up.
         self.shared_caps.insert(tenant.name.clone(), *caps);
         let members: Vec<String> = self
-            .tenants
-            .iter()
-            .filter(|(_, m)| m.shared.as_deref() == Some(group.as_str()) && m.uuid == d.uuid)
-            .map(|(n, _)| n.clone())
-            .collect();
+            .members
+            .get(&(d.uuid.clone(), group.clone()))
+            .cloned()
+            .unwrap_or_default();
         let member_caps: Vec<Caps> = members
             .iter()
             .map(|m| self.shared_caps.get(m).copied().unwrap_or(Caps::NONE))
