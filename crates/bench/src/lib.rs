@@ -9,6 +9,7 @@
 //! a results directory. Everything it creates — cgroups, fio processes,
 //! throttles — is removed at the end, on error and on Ctrl-C.
 
+pub mod cluster;
 pub mod lag;
 mod play;
 mod session;
@@ -19,7 +20,6 @@ use iofloor_host::cgroup::{self, DevId};
 use iofloor_host::fio;
 use iofloor_host::rig::Rig;
 use iofloor_report::record::RunRecord;
-use iofloor_scenario::harness::policies_with_reference;
 use iofloor_scenario::{Control, RawRun, RunEnvironment, Scenario, Testbed};
 use std::path::PathBuf;
 use std::process::Command;
@@ -100,8 +100,9 @@ pub fn preflight(scenario: &Scenario, opts: &BenchOptions) -> Result<DevId> {
             cluster
                 .declared
                 .error(
-                    "a cluster scenario: `iofloor sim` plays it; fio on the cluster test bed \
-                     (`iofloor bench --cluster`) is not built yet",
+                    "a cluster scenario: `iofloor sim` plays it, and fio plays it on the \
+                     cluster test bed (`iofloor cluster up --hosts N`, then `iofloor bench \
+                     --cluster SCENARIO` without --device)",
                 )
                 .to_string(),
         ));
@@ -149,7 +150,7 @@ fn with_model(scenario: &Scenario, opts: &BenchOptions) -> Scenario {
 
 /// Total wall time a bench will take, for progress reporting.
 pub fn planned_time(scenario: &Scenario, opts: &BenchOptions) -> Duration {
-    let runs = policies_with_reference(&opts.policies).len() as u32;
+    let runs = iofloor_scenario::harness::controls(scenario, &opts.policies).len() as u32;
     let alone = scenario.tenants.len() as u32;
     (scenario.duration + opts.settle) * runs
         + (opts.alone.min(scenario.duration) + opts.settle) * alone
@@ -176,13 +177,8 @@ impl Testbed for FioTestbed<'_> {
         format!("device:{}", self.opts.device.display())
     }
 
-    /// A tenant's alone run is as long as `--alone-secs` asks (its p99
-    /// baseline); only one that covers the scenario gives window demands.
     fn alone_scenario(&self, scenario: &Scenario, index: usize) -> Scenario {
-        let mut sc = scenario.alone(index);
-        sc.duration = self.opts.alone.min(scenario.duration);
-        sc.warmup = Duration::from_secs(1).min(sc.duration / 4);
-        sc
+        alone_run(scenario, index, self.opts)
     }
 
     fn planned_effort(&self, scenario: &Scenario) -> f64 {
@@ -196,57 +192,103 @@ impl Testbed for FioTestbed<'_> {
         label: &str,
         progress: &(dyn Fn(f64) + Sync),
     ) -> Result<RawRun> {
-        let policy = match control {
+        let driver = match control {
             Some(Control::HostsAlone(_)) => {
                 return Err(BenchError::Invalid(format!(
                     "{label}: one host's bench has no hosts to run alone"
                 )))
             }
-            Some(Control::Policy(kind)) => Some(kind),
-            None => None,
+            Some(Control::Policy(kind)) => play::Driver::Policy(kind),
+            None => play::Driver::Nothing,
         };
-        let tag = label.replace(' ', "-");
-        play::play(scenario, policy, &tag, self, progress)
+        let setup = play::Setup {
+            opts: self.opts,
+            placement: play::Placement::one_device(
+                &self.opts.device,
+                self.dev,
+                scenario.tenants.len(),
+            ),
+            driver,
+            stop: self.stop,
+        };
+        play::play(scenario, setup, &tag(label), progress)
     }
 
     fn settle(&self) -> Result<()> {
-        let until = Instant::now() + self.opts.settle;
-        while Instant::now() < until {
-            if self.stop.load(Ordering::SeqCst) {
-                return Err(BenchError::Interrupted);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(())
+        settle(self.opts, self.stop)
     }
 
     fn environment(&self, _scenario: &Scenario) -> RunEnvironment {
-        let first_line = |cmd: &str, arg: &str| {
-            Command::new(cmd)
-                .arg(arg)
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .and_then(|o| {
-                    String::from_utf8_lossy(&o.stdout)
-                        .lines()
-                        .next()
-                        .map(str::to_string)
-                })
-        };
-        RunEnvironment {
-            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-                .ok()
-                .map(|s| s.trim().to_string()),
-            fio_version: first_line("fio", "--version"),
-            qemu_version: self
-                .opts
-                .vm_paths
-                .then(|| first_line("qemu-storage-daemon", "--version"))
-                .flatten(),
-            device_model: None,
-        }
+        environment(self.opts.vm_paths)
     }
+}
+
+/// A tenant's alone run is as long as `--alone-secs` asks (its p99
+/// baseline); only one that covers the scenario gives window demands.
+fn alone_run(scenario: &Scenario, index: usize, opts: &BenchOptions) -> Scenario {
+    let mut sc = scenario.alone(index);
+    sc.duration = opts.alone.min(scenario.duration);
+    sc.warmup = Duration::from_secs(1).min(sc.duration / 4);
+    sc
+}
+
+/// A run's directory name from its label.
+fn tag(label: &str) -> String {
+    label.replace(' ', "-")
+}
+
+/// The pause between runs, cut short by a stop.
+fn settle(opts: &BenchOptions, stop: &AtomicBool) -> Result<()> {
+    let until = Instant::now() + opts.settle;
+    while Instant::now() < until {
+        if stop.load(Ordering::SeqCst) {
+            return Err(BenchError::Interrupted);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// The machine's kernel, fio and (with QEMU paths) QEMU versions.
+fn environment(with_qemu: bool) -> RunEnvironment {
+    let first_line = |cmd: &str, arg: &str| {
+        Command::new(cmd)
+            .arg(arg)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .map(str::to_string)
+            })
+    };
+    RunEnvironment {
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .ok()
+            .map(|s| s.trim().to_string()),
+        fio_version: first_line("fio", "--version"),
+        qemu_version: with_qemu
+            .then(|| first_line("qemu-storage-daemon", "--version"))
+            .flatten(),
+        device_model: None,
+    }
+}
+
+/// [`run`] on the cluster test bed: the alone baselines, `none`, and each
+/// policy as a cluster and with every host alone.
+pub fn run_cluster(
+    scenario: &Scenario,
+    testbed: &cluster::ClusterTestbed<'_>,
+    progress: &(dyn Fn(f64, &str) + Sync),
+) -> Result<Vec<RunRecord>> {
+    std::fs::create_dir_all(&testbed.opts.work_dir).map_err(|source| BenchError::Io {
+        path: testbed.opts.work_dir.clone(),
+        source,
+    })?;
+    let scenario = with_model(scenario, testbed.opts);
+    iofloor_scenario::run_policies(testbed, &scenario, &testbed.opts.policies, progress)
 }
 
 /// Runs the alone baselines and every policy (plus `none`) through the

@@ -4,8 +4,9 @@
 //! schedule while the policy ticks and each second's window is sampled, and
 //! [`latency_from_logs`] turns fio's per-I/O logs into the latency figures.
 
+use crate::cluster::{AgentPlan, Agents};
 use crate::session::{LogInfo, Session};
-use crate::{BenchError, FioTestbed, Result};
+use crate::{BenchError, BenchOptions, Result};
 use iofloor_core::control::Controller;
 use iofloor_core::cost::CostModel;
 use iofloor_core::policy::{self, PolicyContext, PolicyKind};
@@ -21,20 +22,64 @@ use iofloor_report::record::{DeviceWindow, TenantWindow, Throughput, Window};
 use iofloor_scenario::format::{Job, Scenario, UnmanagedOrigin};
 use iofloor_scenario::{DecisionStats, LatencyRecorder, RawRun};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Plays one scenario with one policy (None: no controller at all).
+/// Where a run's tenants do their I/O: the one device of a host's bench,
+/// or on the cluster test bed each host's own view of the shared device.
+pub(crate) struct Placement {
+    /// Per host: its block device.
+    pub devices: Vec<(PathBuf, DevId)>,
+    /// Per tenant of the scenario played: its host.
+    pub tenant_host: Vec<usize>,
+}
+
+impl Placement {
+    /// Every tenant on one device.
+    pub fn one_device(device: &Path, dev: DevId, tenants: usize) -> Placement {
+        Placement {
+            devices: vec![(device.to_path_buf(), dev)],
+            tenant_host: vec![0; tenants],
+        }
+    }
+}
+
+/// What drives the throttles of one run.
+pub(crate) enum Driver<'a> {
+    /// Nothing: the reference run and the alone baselines.
+    Nothing,
+    /// The policy in this process, on the one host's throttles.
+    Policy(PolicyKind),
+    /// `iofloor run` on every host of the cluster bed, started once the
+    /// tenants' cgroups exist; they also play the scenario's host events.
+    Agents(AgentPlan<'a>),
+}
+
+/// What a run needs from its testbed.
+pub(crate) struct Setup<'a> {
+    pub opts: &'a BenchOptions,
+    pub placement: Placement,
+    pub driver: Driver<'a>,
+    /// Set by a signal handler: the run stops at the next check.
+    pub stop: &'a AtomicBool,
+}
+
+/// Plays one scenario as `setup` says.
 pub(crate) fn play(
     scenario: &Scenario,
-    policy: Option<PolicyKind>,
+    setup: Setup<'_>,
     tag: &str,
-    testbed: &FioTestbed<'_>,
     progress: &(dyn Fn(f64) + Sync),
 ) -> Result<RawRun> {
-    let mut run = Play::start(scenario, policy, tag, testbed)?;
-    let (windows, decisions) = run.drive(testbed, progress)?;
+    let stop = setup.stop;
+    let mut run = Play::start(scenario, setup, tag)?;
+    let (windows, decisions) = run.drive(stop, progress)?;
+    // The agents first: they put back every limit they set before the
+    // session removes the cgroups.
+    if let Some(agents) = run.agents.take() {
+        agents.stop()?;
+    }
     let logs = run.session.stop_all()?;
     let (windows, latency) = latency_from_logs(scenario, windows, &logs)?;
     run.session.cleanup()?;
@@ -53,8 +98,12 @@ pub(crate) fn play(
 /// A run in progress: its resources and the controller.
 struct Play<'s> {
     scenario: &'s Scenario,
+    /// Before `session`: dropped (stopped) before the cgroups go.
+    agents: Option<Agents>,
     session: Session,
-    backend: HybridBackend,
+    /// One per host (index as in [`Placement::devices`]).
+    backends: Vec<HybridBackend>,
+    tenant_host: Vec<usize>,
     controller: Option<Controller>,
     /// The device each tenant's fio processes use (the shared one, or a VM's
     /// QEMU path), then each unmanaged source's.
@@ -62,44 +111,53 @@ struct Play<'s> {
     /// The rig behind the device, when the scenario changes its capacity.
     rig: Option<iofloor_host::rig::Rig>,
     work: PathBuf,
-    dev: DevId,
+    devs: Vec<DevId>,
 }
 
 impl<'s> Play<'s> {
-    fn start(
-        scenario: &'s Scenario,
-        policy_kind: Option<PolicyKind>,
-        tag: &str,
-        testbed: &FioTestbed<'_>,
-    ) -> Result<Play<'s>> {
-        let opts = testbed.opts;
-        let dev = testbed.dev;
+    fn start(scenario: &'s Scenario, setup: Setup<'_>, tag: &str) -> Result<Play<'s>> {
+        let Setup {
+            opts,
+            placement,
+            driver,
+            ..
+        } = setup;
+        let devs: Vec<DevId> = placement.devices.iter().map(|(_, dev)| *dev).collect();
         let work = opts.work_dir.join(tag);
         std::fs::create_dir_all(&work).map_err(|source| BenchError::Io {
             path: work.clone(),
             source,
         })?;
-        let mut session = Session::create(&opts.cgroup_root, dev, scenario, tag)?;
+        let mut session = Session::create(&opts.cgroup_root, &devs, scenario, tag)?;
         let max_procs = most_processes(scenario);
-        let region = (device_sectors(dev)? * 512 / max_procs as u64) / (1 << 20) * (1 << 20);
+        // Every host's device is a view of the same storage: the regions
+        // are shared out over all of them.
+        let region = (device_sectors(devs[0])? * 512 / max_procs as u64) / (1 << 20) * (1 << 20);
         if region < 1 << 20 {
             return Err(BenchError::Invalid(format!(
                 "{}: too small for {max_procs} fio processes",
-                opts.device.display()
+                placement.devices[0].0.display()
             )));
         }
         session.set_regions(max_procs, region);
 
-        let mut backend = HybridBackend {
-            cgroups: CgroupBackend::new(
-                iofloor_host::cgroup::controller(&opts.cgroup_root, dev)?,
-                Some(DiskStats::proc(dev)),
-            ),
-            qmp: QmpBackend::new(Duration::from_secs(2)),
-            libvirt: None,
-        };
+        let mut backends = devs
+            .iter()
+            .map(|&dev| {
+                Ok(HybridBackend {
+                    cgroups: CgroupBackend::new(
+                        iofloor_host::cgroup::controller(&opts.cgroup_root, dev)?,
+                        Some(DiskStats::proc(dev)),
+                    ),
+                    qmp: QmpBackend::new(Duration::from_secs(2)),
+                    libvirt: None,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let mut tenant_device = Vec::with_capacity(scenario.tenants.len());
         for (i, t) in scenario.tenants.iter().enumerate() {
+            let host = placement.tenant_host[i];
+            let backend = &mut backends[host];
             if opts.vm_paths && t.spec.class == iofloor_core::TenantClass::Vm {
                 let vm = session.add_vm_path(&opts.device, &work.join("vm-paths"))?;
                 let disk = vm.device.clone().expect("a started VM path has a device");
@@ -117,7 +175,7 @@ impl<'s> Play<'s> {
                 backend
                     .cgroups
                     .add_tenant(&t.spec.name, session.tenant_cgroup(i).to_path_buf());
-                tenant_device.push(opts.device.clone());
+                tenant_device.push(placement.devices[host].0.clone());
             }
         }
         let rig = crate::rig_of(&opts.device, &opts.rig_state_dir);
@@ -136,7 +194,12 @@ impl<'s> Play<'s> {
             };
             tenant_device.push(device);
         }
-        let controller = policy_kind.map(|k| {
+        let (controller, agents) = match driver {
+            Driver::Nothing => (None, None),
+            Driver::Policy(kind) => (Some(kind), None),
+            Driver::Agents(plan) => (None, Some(plan.start(scenario, &session, &work)?)),
+        };
+        let controller = controller.map(|k| {
             let ctx = PolicyContext {
                 cost: scenario.policy_model,
                 capacity: 1.0,
@@ -150,13 +213,15 @@ impl<'s> Play<'s> {
         });
         Ok(Play {
             scenario,
+            agents,
             session,
-            backend,
+            backends,
+            tenant_host: placement.tenant_host,
             controller,
             tenant_device,
             rig,
             work,
-            dev,
+            devs,
         })
     }
 
@@ -164,7 +229,7 @@ impl<'s> Play<'s> {
     /// filled in) and the policy's decision times.
     fn drive(
         &mut self,
-        testbed: &FioTestbed<'_>,
+        stop: &AtomicBool,
         progress: &(dyn Fn(f64) + Sync),
     ) -> Result<(Vec<Window>, DecisionStats)> {
         let scenario = self.scenario;
@@ -186,14 +251,14 @@ impl<'s> Play<'s> {
         let mut last_counters: Vec<Counters> = scenario
             .tenants
             .iter()
-            .map(|t| {
-                self.backend
-                    .read_counters(&t.spec)
-                    .map_err(BenchError::from)
-            })
+            .enumerate()
+            .map(|(i, t)| self.read_counters(i, &t.spec))
             .collect::<Result<_>>()?;
-        let diskstats = DiskStats::proc(self.dev);
-        let mut last_disk: DiskStat = diskstats.read()?;
+        let diskstats: Vec<DiskStats> = self.devs.iter().map(|d| DiskStats::proc(*d)).collect();
+        let mut last_disk: Vec<DiskStat> = diskstats
+            .iter()
+            .map(|d| d.read().map_err(BenchError::from))
+            .collect::<Result<_>>()?;
         let mut decisions = DecisionStats::default();
         let mut errors_seen = std::collections::HashSet::new();
 
@@ -213,7 +278,7 @@ impl<'s> Play<'s> {
                 .collect()
         };
         loop {
-            if testbed.stop.load(Ordering::SeqCst) {
+            if stop.load(Ordering::SeqCst) {
                 return Err(BenchError::Interrupted);
             }
             let now = start.elapsed();
@@ -238,14 +303,24 @@ impl<'s> Play<'s> {
                 if at > now {
                     break;
                 }
-                let rig = self.rig.as_ref().ok_or_else(|| {
-                    BenchError::Invalid("`device.change` needs a rig behind the device".into())
-                })?;
-                self.session.change_rig_capacity(rig, factor)?;
+                if let Some(agents) = self.agents.as_mut() {
+                    agents.change_capacity(factor)?;
+                } else {
+                    let rig = self.rig.as_ref().ok_or_else(|| {
+                        BenchError::Invalid("`device.change` needs a rig behind the device".into())
+                    })?;
+                    self.session.change_rig_capacity(rig, factor)?;
+                }
                 next_device_change += 1;
             }
+            if let Some(agents) = self.agents.as_mut() {
+                agents.play_events(now)?;
+                if let Some(msg) = agents.check()? {
+                    return Err(BenchError::Failed(msg));
+                }
+            }
             if let Some(ctrl) = self.controller.as_mut().filter(|_| now >= next_tick) {
-                let report = ctrl.tick(now, &mut self.backend);
+                let report = ctrl.tick(now, &mut self.backends[0]);
                 decisions.record(report.decision_time);
                 for (tenant, e) in report.errors {
                     if errors_seen.insert(tenant.clone()) {
@@ -263,7 +338,7 @@ impl<'s> Play<'s> {
                 last_window_at = now;
                 let mut tenants = Vec::with_capacity(n);
                 for (i, t) in scenario.tenants.iter().enumerate() {
-                    let cur = self.backend.read_counters(&t.spec)?;
+                    let cur = self.read_counters(i, &t.spec)?;
                     tenants.push(TenantWindow {
                         got: window_throughput(&last_counters[i], &cur, secs, seq[i], &model),
                         demand: demand[i],
@@ -272,22 +347,27 @@ impl<'s> Play<'s> {
                     });
                     last_counters[i] = cur;
                 }
-                let disk = diskstats.read()?;
+                // On the cluster bed each host's disk counters hold only its
+                // own I/O: the queues add up, the busiest host's utilisation
+                // is the device's least.
+                let (mut avg_queue, mut utilisation) = (0.0, 0.0f64);
+                for (stats, last) in diskstats.iter().zip(last_disk.iter_mut()) {
+                    let disk = stats.read()?;
+                    avg_queue += disk.time_in_queue_ms.saturating_sub(last.time_in_queue_ms) as f64
+                        / 1000.0
+                        / secs;
+                    utilisation = utilisation.max(
+                        (disk.io_ticks_ms.saturating_sub(last.io_ticks_ms) as f64 / 1000.0 / secs)
+                            .min(1.0),
+                    );
+                    *last = disk;
+                }
                 let device = DeviceWindow {
-                    avg_queue: disk
-                        .time_in_queue_ms
-                        .saturating_sub(last_disk.time_in_queue_ms)
-                        as f64
-                        / 1000.0
-                        / secs,
-                    utilisation: (disk.io_ticks_ms.saturating_sub(last_disk.io_ticks_ms) as f64
-                        / 1000.0
-                        / secs)
-                        .min(1.0),
+                    avg_queue,
+                    utilisation,
                     mean_latency_ms: None,
                     capacity: self.controller.as_ref().and_then(|c| c.capacity_estimate()),
                 };
-                last_disk = disk;
                 *demand = demand_now(&running);
                 // Every window the span covers gets its mean rates, so
                 // window k stays second k (the latency logs are binned so).
@@ -316,6 +396,10 @@ impl<'s> Play<'s> {
                     .changes
                     .get(next_device_change)
                     .map_or(duration, |c| c.0),
+                self.agents
+                    .as_ref()
+                    .and_then(Agents::next_event)
+                    .unwrap_or(duration),
                 duration,
             ]
             .into_iter()
@@ -325,6 +409,14 @@ impl<'s> Play<'s> {
             std::thread::sleep((wake - now).min(Duration::from_millis(50)));
         }
         Ok((windows, decisions))
+    }
+
+    fn read_counters(
+        &mut self,
+        tenant: usize,
+        spec: &iofloor_core::TenantSpec,
+    ) -> Result<Counters> {
+        Ok(self.backends[self.tenant_host[tenant]].read_counters(spec)?)
     }
 }
 

@@ -52,7 +52,9 @@ pub(crate) struct Session {
     root: PathBuf,
     parent: PathBuf,
     tenants: Vec<PathBuf>,
-    io: Box<dyn IoController>,
+    /// One per device the tenants use (each host's view of the shared
+    /// device on the cluster bed): throttles are cleared on each.
+    io: Vec<Box<dyn IoController>>,
     procs: Vec<Proc>,
     /// To be stopped or told to stop, not yet gone.
     stopping: Vec<Stopping>,
@@ -77,10 +79,13 @@ fn signal(pid: u32, sig: rustix::process::Signal) {
 }
 
 impl Session {
-    pub fn create(root: &Path, dev: DevId, scenario: &Scenario, tag: &str) -> Result<Session> {
+    pub fn create(root: &Path, devs: &[DevId], scenario: &Scenario, tag: &str) -> Result<Session> {
         remove_stale_sessions(root);
         let parent = PathBuf::from(format!("{SESSION_PREFIX}{}-{tag}", std::process::id()));
-        let io = cgroup::controller(root, dev)?;
+        let io = devs
+            .iter()
+            .map(|dev| cgroup::controller(root, *dev))
+            .collect::<std::result::Result<_, _>>()?;
         let mut s = Session {
             root: root.to_path_buf(),
             parent: parent.clone(),
@@ -385,8 +390,12 @@ impl Session {
                 first.get_or_insert(e);
             }
         }
-        for t in &self.tenants {
-            if let Err(e) = self.io.set_caps(t, &Caps::NONE) {
+        for (t, io) in self
+            .tenants
+            .iter()
+            .flat_map(|t| self.io.iter().map(move |io| (t, io)))
+        {
+            if let Err(e) = io.set_caps(t, &Caps::NONE) {
                 if !e.is_not_found() {
                     first.get_or_insert(e);
                 }

@@ -1,7 +1,7 @@
 //! The shipped scenarios, built into the binary so `iofloor sim noisy-4` works
 //! from anywhere. The files in `scenarios/` are the source.
 
-const BUILTIN: [(&str, &str); 15] = [
+const BUILTIN: [(&str, &str); 18] = [
     ("noisy-4", include_str!("../../../scenarios/noisy-4.toml")),
     ("noisy-20", include_str!("../../../scenarios/noisy-20.toml")),
     ("size-mix", include_str!("../../../scenarios/size-mix.toml")),
@@ -11,6 +11,8 @@ const BUILTIN: [(&str, &str); 15] = [
     ("on-off", include_str!("../../../scenarios/on-off.toml")),
     ("churn", include_str!("../../../scenarios/churn.toml")),
     ("tight", include_str!("../../../scenarios/tight.toml")),
+    ("tree", include_str!("../../../scenarios/tree.toml")),
+    ("vm-disks", include_str!("../../../scenarios/vm-disks.toml")),
     (
         "noisy-4-cluster",
         include_str!("../../../scenarios/noisy-4-cluster.toml"),
@@ -31,6 +33,10 @@ const BUILTIN: [(&str, &str); 15] = [
     (
         "on-off-rig",
         include_str!("../../../scenarios/bench/on-off-rig.toml"),
+    ),
+    (
+        "cluster-bed",
+        include_str!("../../../scenarios/bench/cluster-bed.toml"),
     ),
 ];
 

@@ -15,8 +15,16 @@ pub struct BenchArgs {
     /// A scenario file or the name of a shipped one.
     pub scenario: String,
     /// The block device the tenants share (e.g. the one `iofloor rig up` printed).
+    #[arg(long, required_unless_present = "cluster", conflicts_with = "cluster")]
+    pub device: Option<PathBuf>,
+    /// Run a cluster scenario (tenants name their `host`) on the test bed
+    /// `iofloor cluster up` made: each host's tenants on its own device, an
+    /// agent (`iofloor run`) on every host, as a cluster and each alone.
     #[arg(long)]
-    pub device: PathBuf,
+    pub cluster: bool,
+    /// Where `iofloor cluster up` recorded the bed (with --cluster).
+    #[arg(long, default_value = iofloor_host::cluster_bed::DEFAULT_STATE_ROOT)]
+    pub bed_state_dir: PathBuf,
     /// Policy to run; repeat for several (none is always run as the reference).
     #[arg(long = "policy")]
     pub policies: Vec<String>,
@@ -108,7 +116,11 @@ fn bench_plan(
         )?,
     };
     let opts = iofloor_bench::BenchOptions {
-        device: absolute("--device", &args.device)?,
+        // With --cluster each host has its own device (the bed's).
+        device: match &args.device {
+            Some(device) => absolute("--device", device)?,
+            None => PathBuf::new(),
+        },
         policies,
         cgroup_root: absolute("--cgroup-root", &args.cgroup_root)?,
         work_dir: out.join("fio"),
@@ -128,6 +140,9 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
         .parent()
         .expect("work_dir is out/fio")
         .to_path_buf();
+    if args.cluster {
+        return bench_cluster(&args, &sc, &opts, &out);
+    }
     let dev = iofloor_bench::preflight(&sc, &opts).map_err(bench_error)?;
     let has_vms = sc
         .tenants
@@ -151,14 +166,58 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
     });
     bar.finish_and_clear();
     let runs = runs.map_err(bench_error)?;
-    let compared = iofloor_report::compare(&runs);
+    report(&args, &sc, &runs, &out, &opts.device.display().to_string())
+}
+
+/// `bench --cluster`: the scenario on the cluster test bed.
+fn bench_cluster(
+    args: &BenchArgs,
+    sc: &iofloor_scenario::Scenario,
+    opts: &iofloor_bench::BenchOptions,
+    out: &std::path::Path,
+) -> anyhow::Result<()> {
+    let stop = stop_flag()?;
+    let agent = std::env::current_exe().context("the path of this iofloor binary")?;
+    let bed_state_dir = absolute("--bed-state-dir", &args.bed_state_dir)?;
+    let testbed =
+        iofloor_bench::cluster::ClusterTestbed::new(sc, opts, &bed_state_dir, &agent, &stop)
+            .map_err(bench_error)?;
+    let hosts: Vec<String> = testbed
+        .devices()
+        .map(|(host, device)| format!("{host} on {}", device.display()))
+        .collect();
+    let place = format!("the cluster bed ({})", hosts.join(", "));
+    let bar = progress_bar();
+    eprintln!(
+        "running {} on {place} (about {:.0} s)",
+        sc.name,
+        iofloor_bench::planned_time(sc, opts).as_secs_f64()
+    );
+    let runs = iofloor_bench::run_cluster(sc, &testbed, &|f, what| {
+        bar.set_message(what.to_string());
+        bar.set_position((f * 1000.0) as u64)
+    });
+    bar.finish_and_clear();
+    let runs = runs.map_err(bench_error)?;
+    report(args, sc, &runs, out, &place)
+}
+
+/// Writes the results directory and prints the tables (or the JSON summary).
+fn report(
+    args: &BenchArgs,
+    sc: &iofloor_scenario::Scenario,
+    runs: &[iofloor_report::record::RunRecord],
+    out: &std::path::Path,
+    place: &str,
+) -> anyhow::Result<()> {
+    let compared = iofloor_report::compare(runs);
     let written =
-        render::write_dir(&out, &runs).with_context(|| format!("writing {}", out.display()))?;
+        render::write_dir(out, runs).with_context(|| format!("writing {}", out.display()))?;
     eprintln!("report: {}", written.html.display());
     if args.json {
         println!("{}", render::summary_json(&sc.name, &compared));
     } else {
-        println!("{} on {}\n", sc.name, opts.device.display());
+        println!("{} on {place}\n", sc.name);
         println!("{}", render::comparison_table(&compared));
         println!("{}", render::tenant_table(&compared));
         let groups = render::group_table(&compared);

@@ -105,7 +105,9 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let device = rig.device.clone().expect("a started rig has a device");
     bench(BenchArgs {
         scenario: args.scenario,
-        device,
+        device: Some(device),
+        cluster: false,
+        bed_state_dir: PathBuf::from(iofloor_host::cluster_bed::DEFAULT_STATE_ROOT),
         policies: vec!["floor".into()],
         time_scale: args.time_scale,
         out: Some(out),

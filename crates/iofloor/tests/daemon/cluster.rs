@@ -612,3 +612,118 @@ fn a_cluster_keeps_a_floor_that_hosts_alone_cannot_and_survives_failures() {
         "the noisy tenant keeps what the floor leaves: {noisy_before:.0} IOPS, work conservation {wc_before:.2}"
     );
 }
+
+/// `iofloor bench --cluster`, as the README says it, on a bed of three
+/// hosts: the shipped `cluster-bed` scenario (quiet tenants with floors on
+/// h1 and h3, a noisy one ramping on h2) with fio in each host's cgroups on
+/// its own device, and `iofloor run` on every host, once as a cluster and
+/// once each host alone. It checks that every run is recorded, that the
+/// cluster holds the floors hosts alone cannot, and that nothing is left:
+/// no agent, no cgroup, no cut-off host.
+#[test]
+fn bench_cluster_plays_a_scenario_on_the_bed_with_an_agent_on_every_host() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment()
+        || !iofloor_host::testenv::require(
+            "bench_cluster_plays_a_scenario_on_the_bed",
+            &[
+                iofloor_host::testenv::Need::Program("etcd"),
+                iofloor_host::testenv::Need::Program("fio"),
+                iofloor_host::testenv::Need::Program("nsenter"),
+            ],
+        )
+    {
+        return;
+    }
+    let bed = Bed::up(3, 4000);
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_iofloor"))
+        .args([
+            "bench",
+            "cluster-bed",
+            "--cluster",
+            "--policy",
+            "floor",
+            "--time-scale",
+            "0.5",
+            "--alone-secs",
+            "3",
+            "--json",
+            "--out",
+        ])
+        .arg(out.path())
+        .arg("--bed-state-dir")
+        .arg(bed.state.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench --cluster: {stderr}");
+    let summary: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let policies = &summary["policies"];
+    let miss = |run: &str, tenant: &str| -> f64 {
+        policies[run]["tenants"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no run {run}: {summary}"))
+            .iter()
+            .find(|t| t["name"] == tenant)
+            .unwrap_or_else(|| panic!("{run}: no tenant {tenant}"))["floor_miss_rate"]
+            .as_f64()
+            .unwrap()
+    };
+    for run in ["none", "floor", "floor-hosts-alone"] {
+        eprintln!(
+            "{run}: floor-miss db (h1) {:.1} %, web (h3) {:.1} %, work conservation {}",
+            miss(run, "db") * 100.0,
+            miss(run, "web") * 100.0,
+            policies[run]["work_conservation"]
+        );
+    }
+    // Each host alone, h2's daemon knows no floor and holds nothing: the
+    // quiet tenants fare as without control. The cluster's allocator sees
+    // every host and holds the noisy tenant back.
+    let worst = |run: &str| miss(run, "db").max(miss(run, "web"));
+    assert!(worst("none") > 0.3, "the noisy tenant hurts: {summary}");
+    assert!(
+        worst("floor-hosts-alone") > 0.3,
+        "hosts alone cannot see h2: {summary}"
+    );
+    assert!(
+        worst("floor") < worst("floor-hosts-alone") / 2.0,
+        "the cluster keeps the floors: {summary}"
+    );
+    for agent in ["h1", "h2", "h3"] {
+        let log = out.path().join(format!("fio/floor/agents/{agent}.log"));
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            text.contains("every limit iofloor set was restored"),
+            "{}: {text}",
+            log.display()
+        );
+    }
+    let left: Vec<String> = std::fs::read_dir("/sys/fs/cgroup/blkio")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("iofloor-bench-"))
+        .collect();
+    assert!(left.is_empty(), "cgroups left: {left:?}");
+    let out_dir = out.path().to_string_lossy().to_string();
+    let agents_left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&out_dir))
+        .collect();
+    assert!(agents_left.is_empty(), "processes left: {agents_left:?}");
+    let list = bed_cmd(bed.state.path(), &["list", "--json"]);
+    let state: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert!(
+        state["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["partitioned"] != true),
+        "{state}"
+    );
+}
