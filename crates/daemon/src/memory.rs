@@ -4,7 +4,9 @@
 //! tell them apart, so the status shows both what is in use and what is held.
 //!
 //! Read from glibc's `mallinfo2`: the allocator keeps these counts anyway and
-//! no crate exposes them safely, so this is the one small FFI call here.
+//! no crate exposes them safely, so this is the one small FFI call here. It
+//! came with glibc 2.33 (Debian 12): a build linked against it needs that
+//! glibc or later where it runs (the older `mallinfo` wraps at 4 GiB).
 
 use serde::{Deserialize, Serialize};
 

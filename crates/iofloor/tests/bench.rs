@@ -197,6 +197,31 @@ fn bench_refuses_bad_input_with_exit_2_and_creates_nothing() {
         ),
         "noisy-4-cluster.toml:37: `tenant[0].host` a cluster scenario: `iofloor sim` plays it",
     );
+    // --cluster: a scenario without hosts, a bed that is not there, a
+    // device beside it.
+    let no_bed = tempfile::tempdir().unwrap();
+    let beds = no_bed.path().to_str().unwrap();
+    check(
+        run(
+            &["bench", "noisy-4", "--cluster", "--bed-state-dir", beds],
+            None,
+        ),
+        "noisy-4: not a cluster scenario (no tenant names its `host`): run it with --device",
+    );
+    check(
+        run(
+            &["bench", "cluster-bed", "--cluster", "--bed-state-dir", beds],
+            None,
+        ),
+        "holds no cluster test bed (start one with `iofloor cluster up`)",
+    );
+    check(
+        run(
+            &["bench", "cluster-bed", "--cluster", "--device", "/dev/loop0"],
+            None,
+        ),
+        "cannot be used with",
+    );
     let rig = TestRig::up(640);
     check(
         run(
