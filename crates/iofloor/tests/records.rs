@@ -55,7 +55,7 @@ fn records_carry_schema_and_environment_and_future_ones_are_refused() {
 
     let record_path = dir.path().join("runs/floor.json");
     let mut record: Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
-    assert_eq!(record["schema_version"], 2);
+    assert_eq!(record["schema_version"], 3);
     let env = &record["environment"];
     assert_eq!(env["testbed"], "simulator");
     assert_eq!(env["iofloor_version"], env!("CARGO_PKG_VERSION"));
@@ -87,7 +87,7 @@ fn records_carry_schema_and_environment_and_future_ones_are_refused() {
     let err = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("floor.json") && err.contains("schema version 99") && err.contains("up to 2"),
+        err.contains("floor.json") && err.contains("schema version 99") && err.contains("up to 3"),
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
