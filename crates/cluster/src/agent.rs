@@ -266,11 +266,7 @@ impl Policy for AgentPolicy {
         };
         let (incoming, hosts_seen) = {
             let mut m = self.mailbox.lock().unwrap_or_else(|e| e.into_inner());
-            // The first tick has no interval behind it (no usage yet): a
-            // report of it is no report, and the allocator would refuse it.
-            if !snapshot.interval.is_zero() {
-                m.outgoing = Some(report);
-            }
+            m.outgoing = Some(report);
             (m.incoming.take(), m.hosts_seen)
         };
         if let Some(a) = incoming {

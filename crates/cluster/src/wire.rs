@@ -157,9 +157,12 @@ fn check_caps(tenant: &str, caps: &Caps) -> Result<(), String> {
     Ok(())
 }
 
-/// An interval as the daemon's config allows it, in seconds.
+/// An interval as the daemon's config allows it, in seconds, or 0: an
+/// agent's first tick has no interval behind it yet, and its report (and an
+/// allocation made only of such reports) says so. The allocator takes the
+/// longest interval its reports give.
 fn check_interval(interval_s: f64) -> Result<(), String> {
-    if !(interval_s > 0.0 && interval_s <= 3600.0) {
+    if !(interval_s >= 0.0 && interval_s <= 3600.0) {
         return Err(format!("interval_s {interval_s} is not an interval"));
     }
     Ok(())
@@ -296,5 +299,19 @@ mod tests {
         a.caps[0].1.write_bps = Some(-5.0);
         let e = Allocation::decode(&a.encode()).unwrap_err();
         assert!(e.to_string().contains("cap -5"), "{e}");
+    }
+
+    /// Found on the test bed: every agent's first report (its first tick
+    /// has no interval behind it) was refused with a warning per host.
+    #[test]
+    fn a_first_tick_has_no_interval_and_is_taken_but_a_negative_one_is_not() {
+        let mut a = allocation();
+        a.interval_s = 0.0;
+        assert_eq!(Allocation::decode(&a.encode()).unwrap(), a);
+        for bad in [-1.0, 3601.0] {
+            a.interval_s = bad;
+            let e = Allocation::decode(&a.encode()).unwrap_err();
+            assert!(e.to_string().contains("not an interval"), "{e}");
+        }
     }
 }

@@ -217,7 +217,13 @@ fn bench_refuses_bad_input_with_exit_2_and_creates_nothing() {
     );
     check(
         run(
-            &["bench", "cluster-bed", "--cluster", "--device", "/dev/loop0"],
+            &[
+                "bench",
+                "cluster-bed",
+                "--cluster",
+                "--device",
+                "/dev/loop0",
+            ],
             None,
         ),
         "cannot be used with",
