@@ -162,7 +162,7 @@ fn check_caps(tenant: &str, caps: &Caps) -> Result<(), String> {
 /// allocation made only of such reports) says so. The allocator takes the
 /// longest interval its reports give.
 fn check_interval(interval_s: f64) -> Result<(), String> {
-    if !(interval_s >= 0.0 && interval_s <= 3600.0) {
+    if !(0.0..=3600.0).contains(&interval_s) {
         return Err(format!("interval_s {interval_s} is not an interval"));
     }
     Ok(())
