@@ -53,7 +53,25 @@ pub struct Daemon {
     started: Vec<Started>,
     /// Where the PID files of the daemons started go; removed on drop.
     dir: PathBuf,
+    /// The `machine` cgroups (libvirt's partition for its domains, made in
+    /// every controller the first time a domain starts) that were there
+    /// before this daemon: the others are removed with it.
+    machine_cgroups_before: Vec<PathBuf>,
 }
+
+/// libvirt's cgroup partition for its domains, in each mounted controller.
+fn machine_cgroups() -> Vec<PathBuf> {
+    std::fs::read_dir(CGROUP_MOUNTS)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join(MACHINE_PARTITION))
+        .filter(|p| p.is_dir())
+        .collect()
+}
+
+const CGROUP_MOUNTS: &str = "/sys/fs/cgroup";
+const MACHINE_PARTITION: &str = "machine";
 
 impl Daemon {
     pub fn ensure() -> Result<Daemon> {
@@ -62,6 +80,7 @@ impl Daemon {
         let mut daemon = Daemon {
             started: Vec::new(),
             dir,
+            machine_cgroups_before: machine_cgroups(),
         };
         if answering(Path::new(SOCKET)) {
             return Ok(daemon);
@@ -139,6 +158,20 @@ impl Drop for Daemon {
         // libvirtd before the log daemon it writes to.
         for s in self.started.iter().rev() {
             stop(s);
+        }
+        // A libvirtd this test started leaves its (empty) partition behind;
+        // one that was already running owns it.
+        if self.started.iter().any(|s| s.program == "libvirtd") {
+            for made in machine_cgroups()
+                .into_iter()
+                .filter(|p| !self.machine_cgroups_before.contains(p))
+            {
+                let controller = made.parent().expect("a controller's mount point");
+                if let Err(e) = crate::cgroup::remove_tree(controller, Path::new(MACHINE_PARTITION))
+                {
+                    eprintln!("warning: libvirt's {} left: {e}", made.display());
+                }
+            }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
