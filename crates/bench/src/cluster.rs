@@ -19,7 +19,6 @@ use iofloor_core::policy::PolicyKind;
 use iofloor_core::units::Rate;
 use iofloor_host::cgroup::{self, DevId};
 use iofloor_host::cluster_bed::ClusterBed;
-use iofloor_host::fio;
 use iofloor_host::rig::RigSpec;
 use iofloor_scenario::format::ClusterEventKind;
 use iofloor_scenario::{Control, RawRun, RunEnvironment, Scenario, Testbed};
@@ -85,11 +84,7 @@ impl<'a> ClusterTestbed<'a> {
         if opts.vm_paths {
             return invalid("--vm-path qemu is for one host's bench; the bed's hosts are their VMs' paths already".into());
         }
-        if !rustix::process::geteuid().is_root() {
-            return invalid(
-                "iofloor bench needs root (it creates cgroups and sets throttles)".into(),
-            );
-        }
+        crate::require_root()?;
         let bed =
             ClusterBed::only(bed_state_dir).map_err(|e| BenchError::Invalid(e.to_string()))?;
         if bed.hosts.len() < cluster.hosts.len() {
@@ -121,15 +116,7 @@ impl<'a> ClusterTestbed<'a> {
             ));
         }
         cgroup::detect(&opts.cgroup_root).map_err(|e| BenchError::Invalid(e.to_string()))?;
-        fio::check_version().map_err(|e| BenchError::Invalid(e.to_string()))?;
-        let verdict = crate::with_model(scenario, opts).admission();
-        if !verdict.admitted {
-            return invalid(format!(
-                "{}: admission control: {}",
-                scenario.name,
-                verdict.summary()
-            ));
-        }
+        crate::check_fio_and_floors(scenario, opts)?;
         let host_of = scenario
             .tenants
             .iter()
@@ -452,9 +439,7 @@ impl Agent {
     }
 
     fn signal(&self, sig: rustix::process::Signal) {
-        if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
-            let _ = rustix::process::kill_process(pid, sig);
-        }
+        crate::session::signal(self.child.id(), sig);
     }
 
     /// Whether it still runs (reaps it if not).
@@ -584,13 +569,7 @@ impl Agents {
     /// group), as a scenario's `device.change` says; put back at the end.
     pub(crate) fn change_capacity(&mut self, factor: f64) -> Result<()> {
         let original = *self.original_spec.get_or_insert(self.bed.spec);
-        let scale = |v: u64| ((v as f64 * factor).round() as u64).max(1);
-        let spec = RigSpec {
-            iops: scale(original.iops),
-            bps: original.bps.map(scale),
-            ..original
-        };
-        Ok(self.bed.change_capacity(spec)?)
+        Ok(self.bed.change_capacity(original.scaled(factor))?)
     }
 
     /// Stops every agent with SIGTERM (each puts back the limits it set);

@@ -107,11 +107,7 @@ pub fn preflight(scenario: &Scenario, opts: &BenchOptions) -> Result<DevId> {
                 .to_string(),
         ));
     }
-    if !rustix::process::geteuid().is_root() {
-        return Err(BenchError::Invalid(
-            "iofloor bench needs root (it creates cgroups and sets throttles)".into(),
-        ));
-    }
+    require_root()?;
     let dev =
         DevId::of_block_device(&opts.device).map_err(|e| BenchError::Invalid(e.to_string()))?;
     cgroup::detect(&opts.cgroup_root).map_err(|e| BenchError::Invalid(e.to_string()))?;
@@ -129,16 +125,31 @@ pub fn preflight(scenario: &Scenario, opts: &BenchOptions) -> Result<DevId> {
             )));
         }
     }
+    check_fio_and_floors(scenario, opts)?;
+    Ok(dev)
+}
+
+fn require_root() -> Result<()> {
+    match rustix::process::geteuid().is_root() {
+        true => Ok(()),
+        false => Err(BenchError::Invalid(
+            "iofloor bench needs root (it creates cgroups and sets throttles)".into(),
+        )),
+    }
+}
+
+/// fio is there, and the scenario's floors fit its policies' model.
+fn check_fio_and_floors(scenario: &Scenario, opts: &BenchOptions) -> Result<()> {
     fio::check_version().map_err(|e| BenchError::Invalid(e.to_string()))?;
     let verdict = with_model(scenario, opts).admission();
-    if !verdict.admitted {
-        return Err(BenchError::Invalid(format!(
+    match verdict.admitted {
+        true => Ok(()),
+        false => Err(BenchError::Invalid(format!(
             "{}: admission control: {}",
             scenario.name,
             verdict.summary()
-        )));
+        ))),
     }
-    Ok(dev)
 }
 
 fn with_model(scenario: &Scenario, opts: &BenchOptions) -> Scenario {

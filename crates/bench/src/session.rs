@@ -72,7 +72,8 @@ pub(crate) struct Session {
     rig_to_restore: Option<(iofloor_host::rig::Rig, iofloor_host::rig::RigSpec)>,
 }
 
-fn signal(pid: u32, sig: rustix::process::Signal) {
+/// Sends `sig` to a process this bench started, by its PID.
+pub(crate) fn signal(pid: u32, sig: rustix::process::Signal) {
     if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
         let _ = rustix::process::kill_process(pid, sig);
     }
@@ -154,13 +155,7 @@ impl Session {
                 rig.spec
             }
         };
-        let scale = |v: u64| ((v as f64 * factor).round() as u64).max(1);
-        let spec = iofloor_host::rig::RigSpec {
-            iops: scale(original.iops),
-            bps: original.bps.map(scale),
-            ..original
-        };
-        rig.set_limits(&spec)?;
+        rig.set_limits(&original.scaled(factor))?;
         Ok(())
     }
 

@@ -35,6 +35,17 @@ pub struct RigSpec {
 }
 
 impl RigSpec {
+    /// The same device doing `factor` times as much (a scenario's
+    /// `device.change`): its rates scaled, at least 1 each.
+    pub fn scaled(&self, factor: f64) -> RigSpec {
+        let scale = |v: u64| ((v as f64 * factor).round() as u64).max(1);
+        RigSpec {
+            iops: scale(self.iops),
+            bps: self.bps.map(scale),
+            ..*self
+        }
+    }
+
     /// Checks the spec; the keys of its errors are the `rig up` flags' names.
     pub fn validate(&self) -> std::result::Result<(), ValidationError> {
         if self.iops == 0 || self.iops > 10_000_000 {
