@@ -52,7 +52,7 @@
 //!   grows with its load long before it saturates; the baseline may have
 //!   been taken at a lighter one): not cut for, and probing goes on. A cut
 //!   for an overload with a short queue is only as deep as drains its excess
-//!   latency within an eighth of an interval; probes past the model go on
+//!   latency within a quarter of an interval; probes past the model go on
 //!   only while what they hand out is served.
 //!
 //! Overload is judged by, in order: the operator's `latency_target` (mean
@@ -544,7 +544,7 @@ impl CapacityLoop {
             // at its model serves no more however much is allowed (the
             // cluster bed: served stayed at 1.01 while probes took the
             // estimate to 1.08, then a floor was missed and the cut cost
-            // 30 s at 0.7).
+            // 15-30 s at 0.7).
             self.estimate * (1.0 + PROBE_STEP)
         } else {
             return;
@@ -697,7 +697,7 @@ mod tests {
     fn a_short_queue_is_drained_by_a_shallow_cut_a_long_one_by_a_deep_one() {
         // The cluster bed: baseline 173 µs, then 1,042 µs at a queue of 4.2
         // with a floor short, 0.5 s intervals: 0.7 ms of excess latency
-        // drains within an eighth of an interval with a cut of 0.6 %.
+        // drains within a quarter of an interval with a cut of 0.6 %.
         let overload = |queue, slowed| Observation {
             avg_queue: Some(queue),
             protected_slowed: slowed,
