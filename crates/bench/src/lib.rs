@@ -130,11 +130,12 @@ pub fn preflight(scenario: &Scenario, opts: &BenchOptions) -> Result<DevId> {
 }
 
 fn require_root() -> Result<()> {
-    match rustix::process::geteuid().is_root() {
-        true => Ok(()),
-        false => Err(BenchError::Invalid(
+    if rustix::process::geteuid().is_root() {
+        Ok(())
+    } else {
+        Err(BenchError::Invalid(
             "iofloor bench needs root (it creates cgroups and sets throttles)".into(),
-        )),
+        ))
     }
 }
 
@@ -142,13 +143,14 @@ fn require_root() -> Result<()> {
 fn check_fio_and_floors(scenario: &Scenario, opts: &BenchOptions) -> Result<()> {
     fio::check_version().map_err(|e| BenchError::Invalid(e.to_string()))?;
     let verdict = with_model(scenario, opts).admission();
-    match verdict.admitted {
-        true => Ok(()),
-        false => Err(BenchError::Invalid(format!(
+    if verdict.admitted {
+        Ok(())
+    } else {
+        Err(BenchError::Invalid(format!(
             "{}: admission control: {}",
             scenario.name,
             verdict.summary()
-        ))),
+        )))
     }
 }
 

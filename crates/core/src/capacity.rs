@@ -90,9 +90,9 @@ pub struct Observation {
     pub protected_slowed: bool,
     /// The cost model says the device is busy (served ≥ `border` of the estimate).
     pub contended: bool,
-    /// Length of the interval, in seconds (0 where unknown): how fast a
-    /// cut drains the queue an overload built depends on it.
-    pub interval_s: f64,
+    /// Length of the interval, where known: how fast a cut drains the
+    /// queue an overload built depends on it.
+    pub interval: Option<std::time::Duration>,
     /// What the floors of the active tenants need (cost units per second,
     /// already divided by the target utilisation): a step down on a
     /// saturated device never goes below it.
@@ -180,6 +180,9 @@ const SUSTAINED_INTERVALS: usize = 3;
 /// latency past the automatic threshold is then the device's service, not
 /// an overload.
 const SHORT_QUEUE: f64 = 2.0;
+/// A queue (I/Os in flight) an overload's cut drains by the excess
+/// latency alone; a longer one is cut by PARDA's rule.
+const DRAINABLE_QUEUE: f64 = 2.0 * UNLOADED_QUEUE;
 /// A device queue (I/Os in flight) short enough that its latency is the
 /// device's own, not queueing: only then does the automatic baseline justify
 /// probing past the model.
@@ -359,21 +362,9 @@ impl CapacityLoop {
         }
         let sustained = self.recent_served.iter().copied().fold(0.0, f64::max);
         let stepped_down_at_us = self.stepped_down_at_us.take();
-        // Held back by the device and past the automatic threshold, yet
-        // every floor met and hardly an I/O waiting: the latency is the
-        // load's own service time (the baseline was taken at a lighter one,
-        // or the device is noisy), not a queue. Taken for an overload (a
-        // capped tenant a little below its cap counts as held), it ratcheted
-        // the rig's estimate down to 0.73 at a queue of 2 and 30 %
-        // utilisation (`vm-disks`): each cut lowered the load, and so the
-        // next baseline. The operator's target or knee is taken as given.
-        let held_by_device = obs.held_by_device
-            && (obs.floor_short
-                || self.settings.latency_target_us.is_some()
-                || self.settings.queue_knee.is_some()
-                || obs.avg_queue.is_none_or(|q| q > UNLOADED_QUEUE));
+        let held_by_a_queue = self.held_by_a_queue(obs);
         self.verdict = match (self.load(obs, stepped_down_at_us), served) {
-            (Some(Load::Over(ratio)), Some(s)) if held_by_device && s > 0.0 => {
+            (Some(Load::Over(ratio)), Some(s)) if held_by_a_queue && s > 0.0 => {
                 // What it served is its capacity. With a floor short, the
                 // further past the threshold, the deeper below it for an
                 // interval, so the queue that built up drains (PARDA scales
@@ -394,13 +385,14 @@ impl CapacityLoop {
                     // the latency (PARDA): another host's queue, which ours
                     // does not show, drains only with a deep cut (simulator
                     // `stolen`: the shallow one missed 3.8 % of a floor).
-                    let excess_s = obs.latency_us.unwrap_or(0.0) * (1.0 - ratio) / 1e6;
                     let short_queue = !obs.protected_slowed
-                        && obs.avg_queue.is_some_and(|q| q <= 2.0 * UNLOADED_QUEUE);
-                    let drain = if short_queue && obs.interval_s > 0.0 {
-                        1.0 - DRAIN_SPEED * excess_s / obs.interval_s
-                    } else {
-                        ratio
+                        && obs.avg_queue.is_some_and(|q| q <= DRAINABLE_QUEUE);
+                    let drain = match obs.interval.map(|i| i.as_secs_f64()) {
+                        Some(interval) if short_queue && interval > 0.0 => {
+                            let excess_s = obs.latency_us.unwrap_or(0.0) * (1.0 - ratio) / 1e6;
+                            1.0 - DRAIN_SPEED * excess_s / interval
+                        }
+                        _ => ratio,
                     };
                     drain.clamp(DEEPEST_CUT, 1.0)
                 };
@@ -425,8 +417,8 @@ impl CapacityLoop {
                 self.probe_step = PROBE_STEP;
                 Verdict::Overloaded
             }
-            (Some(Load::Over(_)), Some(_))
-                if !held_by_device
+            (Some(Load::Over(_)), Some(s))
+                if !held_by_a_queue
                     && !obs.floor_short
                     && !obs.protected_slowed
                     && self.settings.latency_target_us.is_none() =>
@@ -445,7 +437,7 @@ impl CapacityLoop {
                     self.probe_step = PROBE_STEP;
                     Verdict::Saturated
                 } else if obs.wants_more {
-                    self.grow(high, Load::Over(1.0), obs.served);
+                    self.grow(high, Load::Over(1.0), s);
                     Verdict::Room
                 } else {
                     Verdict::Idle
@@ -477,14 +469,31 @@ impl CapacityLoop {
                 }
                 Verdict::Saturated
             }
-            (Some(load @ (Load::Clear | Load::Near)), Some(_)) if obs.wants_more => {
-                self.grow(high, load, obs.served);
+            (Some(load @ (Load::Clear | Load::Near)), Some(s)) if obs.wants_more => {
+                self.grow(high, load, s);
                 Verdict::Room
             }
             (Some(Load::Clear | Load::Near), _) => Verdict::Idle,
             _ => Verdict::Unknown,
         };
         self.estimate
+    }
+
+    /// Whether the device held a tenant back with a queue to show for it.
+    /// Held back by the device and past the automatic threshold, yet every
+    /// floor met and hardly an I/O waiting: the latency is the load's own
+    /// service time (the baseline was taken at a lighter one, or the
+    /// device is noisy), not a queue. Taken for an overload (a capped
+    /// tenant a little below its cap counts as held), it ratcheted the
+    /// rig's estimate down to 0.73 at a queue of 2 and 30 % utilisation
+    /// (`vm-disks`): each cut lowered the load, and so the next baseline.
+    /// The operator's target or knee is taken as given.
+    fn held_by_a_queue(&self, obs: &Observation) -> bool {
+        obs.held_by_device
+            && (obs.floor_short
+                || self.settings.latency_target_us.is_some()
+                || self.settings.queue_knee.is_some()
+                || obs.avg_queue.is_none_or(|q| q > UNLOADED_QUEUE))
     }
 
     /// Whether "clear room" can be trusted enough to probe past the model:
@@ -589,7 +598,7 @@ mod tests {
             floor_short: held,
             protected_slowed: false,
             contended: false,
-            interval_s: 0.0,
+            interval: None,
             floors_need: 0.3,
         }
     }
@@ -701,7 +710,7 @@ mod tests {
         let overload = |queue, slowed| Observation {
             avg_queue: Some(queue),
             protected_slowed: slowed,
-            interval_s: 0.5,
+            interval: Some(std::time::Duration::from_millis(500)),
             ..obs(1042.0, 1.0, true, true)
         };
         let start = |c: &mut CapacityLoop| {

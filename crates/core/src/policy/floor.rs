@@ -649,7 +649,7 @@ impl FloorPolicy {
                 floor_short,
                 protected_slowed,
                 contended: total >= p.border * self.capacity.estimate(),
-                interval_s: snapshot.interval.as_secs_f64(),
+                interval: Some(snapshot.interval),
                 floors_need: priced.reserved.iter().sum::<f64>() / p.target_utilisation,
             }),
             None => self.capacity.estimate(),
