@@ -93,6 +93,10 @@ pub struct Observation {
     /// Length of the interval, where known: how fast a cut drains the
     /// queue an overload built depends on it.
     pub interval: Option<std::time::Duration>,
+    /// A tenant did I/O this interval that did none in the last: it ran
+    /// uncapped until this decision, so an overload now may be its arrival
+    /// alone, not a device that got slower.
+    pub newcomer: bool,
     /// What the floors of the active tenants need (cost units per second,
     /// already divided by the target utilisation): a step down on a
     /// saturated device never goes below it.
@@ -385,10 +389,17 @@ impl CapacityLoop {
                     // the latency (PARDA): another host's queue, which ours
                     // does not show, drains only with a deep cut (simulator
                     // `stolen`: the shallow one missed 3.8 % of a floor).
+                    // Likewise when a tenant arrived and the device still
+                    // served what was estimated: the queue is the newcomer's
+                    // uncapped first interval on top of a device that did
+                    // not change, gone once it is capped (simulator `churn`:
+                    // each arrival's 30 % cut and climb back cost 8 s at
+                    // 0.7-0.9 of the device).
                     let short_queue = !obs.protected_slowed
                         && obs.avg_queue.is_some_and(|q| q <= DRAINABLE_QUEUE);
+                    let arrival = obs.newcomer && s >= PROBE_USED * self.estimate;
                     let drain = match obs.interval.map(|i| i.as_secs_f64()) {
-                        Some(interval) if short_queue && interval > 0.0 => {
+                        Some(interval) if (short_queue || arrival) && interval > 0.0 => {
                             let excess_s = obs.latency_us.unwrap_or(0.0) * (1.0 - ratio) / 1e6;
                             1.0 - DRAIN_SPEED * excess_s / interval
                         }
@@ -599,6 +610,7 @@ mod tests {
             protected_slowed: false,
             contended: false,
             interval: None,
+            newcomer: false,
             floors_need: 0.3,
         }
     }
@@ -736,6 +748,49 @@ mod tests {
             start(&mut c);
             c.update(&overload(queue, slowed));
             assert_eq!(c.estimate(), DEEPEST_CUT, "queue {queue}, slowed {slowed}");
+        }
+    }
+
+    #[test]
+    fn an_arrival_on_a_device_that_served_its_estimate_is_drained_not_cut_deep() {
+        // Simulator `churn`: a tenant starts, uncapped for its first
+        // interval, on a device serving its estimate; the queue reaches 26
+        // and the protected tenants are slowed, but the device delivered
+        // what it was estimated to: only the newcomer's queue is to drain.
+        let arrival = |served, newcomer| Observation {
+            avg_queue: Some(25.8),
+            protected_slowed: true,
+            newcomer,
+            interval: Some(std::time::Duration::from_secs(1)),
+            ..obs(40_159.0, served, true, true)
+        };
+        let start = |c: &mut CapacityLoop| {
+            c.update(&Observation {
+                avg_queue: Some(2.0),
+                ..obs(6_344.0, 0.7, false, false)
+            })
+        };
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        start(&mut c);
+        c.update(&arrival(1.0, true));
+        assert_eq!(c.verdict(), Verdict::Overloaded);
+        let excess = 40_159.0e-6 - 2.0 * 6_344.0e-6;
+        assert!(
+            (c.estimate() - (1.0 - DRAIN_SPEED * excess)).abs() < 1e-9,
+            "{}",
+            c.estimate()
+        );
+        // No newcomer, or the device served clearly less than estimated
+        // (it changed, or another host arrived with the tenant): deep.
+        for (served, newcomer) in [(1.0, false), (0.9, true)] {
+            let mut c = CapacityLoop::new(settings(), 1.0);
+            start(&mut c);
+            c.update(&arrival(served, newcomer));
+            assert!(
+                (c.estimate() - served * DEEPEST_CUT).abs() < 1e-9,
+                "served {served}, newcomer {newcomer}: {}",
+                c.estimate()
+            );
         }
     }
 

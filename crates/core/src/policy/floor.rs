@@ -172,6 +172,8 @@ struct TenantState {
     holds: bool,
     /// Lowest mean latency seen (µs), drifting up slowly so it follows mix changes.
     latency_floor_us: Option<f64>,
+    /// The tenant did I/O in the interval.
+    active: bool,
 }
 
 /// Per-interval upward drift of the latency baseline.
@@ -639,8 +641,10 @@ impl FloorPolicy {
                     .zip(priced.latency_floor[i])
                     .is_some_and(|(l, best)| l > p.latency_factor * best)
         });
+        let newcomer = active().any(|(i, _)| !priced.prev[i].active);
         let capacity = match snapshot.device {
             Some(dev) => self.capacity.update(&Observation {
+                newcomer,
                 latency_us: dev.mean_latency_us(),
                 avg_queue: Some(dev.avg_queue),
                 served: total,
@@ -964,6 +968,7 @@ impl FloorPolicy {
                         cap: decided[i].cap,
                         holds: decided[i].holds,
                         latency_floor_us: priced.latency_floor[i],
+                        active: priced.usage[i] > 0.0,
                     },
                 );
                 match (decided[i].cap, priced.mixes[i]) {
