@@ -52,7 +52,9 @@
 //!   grows with its load long before it saturates; the baseline may have
 //!   been taken at a lighter one): not cut for, and probing goes on. A cut
 //!   for an overload with a short queue is only as deep as drains its excess
-//!   latency within a quarter of an interval; probes past the model go on
+//!   latency within a quarter of an interval, and so is one at a tenant's
+//!   arrival on a device that still served its estimate (the queue is the
+//!   newcomer's uncapped first interval); probes past the model go on
 //!   only while what they hand out is served.
 //!
 //! Overload is judged by, in order: the operator's `latency_target` (mean

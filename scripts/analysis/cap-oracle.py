@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""What capping alone could reach in two shipped scenarios, with hindsight.
+
+An upper reference for any policy that acts by capping tenants' rates (as
+iofloor does): the noisy tenants' load is replaced by fio-like rate-limited
+jobs whose rates are chosen knowing the whole scenario in advance, and the
+result is simulated with no policy at all (`iofloor sim FILE --policy none`).
+
+  stolen  For each phase of the other host's load, the highest rate of the
+          noisy tenant at which no protected tenant misses a floor in that
+          phase (bisection, 12 rounds). Prints the work conservation this
+          reaches against `none` on the unmodified scenario.
+  churn   The capacity left by the protected tenants in each stretch
+          between arrivals and departures, known exactly; the noisy tenants
+          together get U times it, split evenly (the ceiling of `capped`
+          honoured). Prints floor-miss, work conservation and protected p99
+          ratio for each U given.
+
+Usage (from the repository, after `cargo build --release`):
+  scripts/analysis/cap-oracle.py stolen
+  scripts/analysis/cap-oracle.py churn 0.9 0.95 0.97 1.0
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+IOFLOOR = os.environ.get("IOFLOOR", os.path.join(ROOT, "target", "release", "iofloor"))
+MISS = 0.95  # a window is missed below 95 % of the entitlement (docs/metrics.md)
+
+
+def simulate(toml_text, work):
+    """Runs `toml_text` under `none`; returns the run record and the summary."""
+    path = os.path.join(work, "variant.toml")
+    out = os.path.join(work, "out")
+    with open(path, "w") as f:
+        f.write(toml_text)
+    subprocess.run(["rm", "-rf", out], check=True)
+    r = subprocess.run([IOFLOOR, "sim", path, "--policy", "none", "--out", out],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("iofloor sim failed:\n" + r.stderr)
+    with open(os.path.join(out, "runs", "none.json")) as f:
+        run = json.load(f)
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = json.load(f)["policies"]["none"]
+    return run, summary
+
+
+def blocks(text):
+    """The scenario split before each `[[...]]` table, with the tenant each belongs to."""
+    tenant = None
+    for block in re.split(r"(?m)^(?=\[\[)", text):
+        if block.startswith("[[tenant]]"):
+            tenant = re.search(r'(?m)^name = "([^"]+)"', block).group(1)
+        elif not block.startswith("[[tenant.job]]"):
+            tenant = None
+        yield tenant, block
+
+
+def job_between(job, start, stop, rate_per_process):
+    """`job` rate-limited and running only from `start` to `stop` (seconds)."""
+    job = re.sub(r"(?m)^(start|stop|rate) = .*\n", "", job).rstrip("\n")
+    job += '\nrate = "%dB/s"\n' % max(1, int(rate_per_process))
+    if start > 0:
+        job += 'start = "%ds"\n' % start
+    return job + 'stop = "%ds"\n\n' % stop
+
+
+def missed_per_phase(run, phases):
+    misses = [0] * len(phases)
+    for w in run["windows"]:
+        if w["t"] < run["warmup_s"]:
+            continue
+        k = next(i for i, (a, b) in enumerate(phases) if a <= w["t"] < b)
+        for spec, tw in zip(run["tenants"], w["tenants"]):
+            if spec["noisy"] or not spec["floor"]:
+                continue
+            floor = spec["floor"]["value"]
+            asked = tw["demand"]["bytes_per_s"] if tw["demand"] else floor
+            entitled = min(floor, asked)
+            if entitled > 0 and tw["got"]["bytes_per_s"] < MISS * entitled:
+                misses[k] += 1
+    return misses
+
+
+def stolen(work):
+    text = open(os.path.join(ROOT, "scenarios", "stolen.toml")).read()
+    _, none = simulate(text, work)
+    phases = [(0, 60), (60, 120), (120, 180), (180, 240), (240, 300)]
+    processes = 4
+
+    def variant(rates):
+        out = []
+        for tenant, block in blocks(text):
+            if tenant == "noisy" and block.startswith("[[tenant.job]]"):
+                for (a, b), r in zip(phases, rates):
+                    out.append(job_between(block, a, b, r / processes))
+            else:
+                out.append(block)
+        return "".join(out)
+
+    low, high = [0.0] * len(phases), [48e6] * len(phases)
+    for _ in range(12):
+        mid = [(a + b) / 2 for a, b in zip(low, high)]
+        run, _ = simulate(variant(mid), work)
+        for k, m in enumerate(missed_per_phase(run, phases)):
+            if m == 0:
+                low[k] = mid[k]
+            else:
+                high[k] = mid[k]
+    run, summary = simulate(variant(low), work)
+    print("noisy rate per phase (MB/s):", " ".join("%.1f" % (r / 1e6) for r in low))
+    print("protected windows missed per phase:", missed_per_phase(run, phases))
+    print("floor-miss %.1f %%, work conservation %.3f, protected p99 ratio %.2f" % (
+        100 * summary["floor_miss_rate"],
+        summary["aggregate_cost"] / none["aggregate_cost"],
+        summary["protected_p99_ratio"]))
+
+
+def churn(work, shares):
+    text = open(os.path.join(ROOT, "scenarios", "churn.toml")).read()
+    _, none = simulate(text, work)
+    # (start, stop, processes, ceiling MB/s) of the noisy tenants and the
+    # protected tenants' (start, stop, rate MB/s), as in scenarios/churn.toml.
+    noisy = {"heavy": (20, 220, 4, None), "capped": (60, 300, 4, 12.0), "light": (100, 260, 2, None)}
+    protected = {"early": (0, 180, 6.0), "late": (140, 300, 5.0), "always": (0, 300, 3.0)}
+    # What `none` serves while the device is saturated: 64 KiB random
+    # writes, whatever the tenant (MB/s).
+    capacity = 41.94
+    edges = sorted({0, 300} | {t for s in noisy.values() for t in s[:2]}
+                   | {t for s in protected.values() for t in s[:2]})
+    stretches = list(zip(edges, edges[1:]))
+
+    def variant(share):
+        out = []
+        for tenant, block in blocks(text):
+            if tenant in noisy and block.startswith("[[tenant.job]]"):
+                start, stop, processes, _ = noisy[tenant]
+                for a, b in stretches:
+                    if a < start or b > stop:
+                        continue
+                    left = capacity - sum(r for s, e, r in protected.values() if s <= a and b <= e)
+                    active = [n for n, (s, e, _, _) in noisy.items() if s <= a and b <= e]
+                    each = {n: share * left / len(active) for n in active}
+                    for n in active:
+                        ceiling = noisy[n][3]
+                        if ceiling is not None and each[n] > ceiling:
+                            rest = [m for m in active if m != n]
+                            for m in rest:
+                                each[m] += (each[n] - ceiling) / len(rest)
+                            each[n] = ceiling
+                    out.append(job_between(block, a, b, each[tenant] * 1e6 / processes))
+            else:
+                out.append(block)
+        return "".join(out)
+
+    for share in shares:
+        _, s = simulate(variant(share), work)
+        print("U %.2f: floor-miss %.1f %%, work conservation %.3f, protected p99 ratio %.2f" % (
+            share, 100 * s["floor_miss_rate"], s["aggregate_cost"] / none["aggregate_cost"],
+            s["protected_p99_ratio"]))
+
+
+def main():
+    if len(sys.argv) < 2 or sys.argv[1] not in ("stolen", "churn"):
+        sys.exit(__doc__)
+    if not os.access(IOFLOOR, os.X_OK):
+        sys.exit("no iofloor binary at %s: run `cargo build --release` or set IOFLOOR" % IOFLOOR)
+    with tempfile.TemporaryDirectory() as work:
+        if sys.argv[1] == "stolen":
+            stolen(work)
+        else:
+            shares = [float(x) for x in sys.argv[2:]] or [0.9, 0.95, 0.97, 1.0]
+            churn(work, shares)
+
+
+if __name__ == "__main__":
+    main()
