@@ -727,30 +727,35 @@ mod tests {
             interval: Some(std::time::Duration::from_millis(500)),
             ..obs(1042.0, 1.0, true, true)
         };
-        let start = |c: &mut CapacityLoop| {
-            c.update(&Observation {
-                avg_queue: Some(0.7),
-                ..obs(173.0, 0.7, false, false)
-            })
-        };
-        let mut c = CapacityLoop::new(settings(), 1.0);
-        start(&mut c);
+        let mut c = with_baseline(173.0, 0.7);
         c.update(&overload(4.2, false));
         assert_eq!(c.verdict(), Verdict::Overloaded);
         let excess = 1042.0e-6 - 2.0 * 173.0e-6;
-        assert!(
-            (c.estimate() - (1.0 - DRAIN_SPEED * excess / 0.5)).abs() < 1e-9,
-            "{}",
-            c.estimate()
-        );
+        assert_near(c.estimate(), 1.0 - DRAIN_SPEED * excess / 0.5);
         // A long queue, or a protected tenant slowed (another host's queue
         // may be behind it): by the threshold over the latency, at most 30 %.
         for (queue, slowed) in [(20.0, false), (4.2, true)] {
-            let mut c = CapacityLoop::new(settings(), 1.0);
-            start(&mut c);
+            let mut c = with_baseline(173.0, 0.7);
             c.update(&overload(queue, slowed));
             assert_eq!(c.estimate(), DEEPEST_CUT, "queue {queue}, slowed {slowed}");
         }
+    }
+
+    /// A loop that has seen one unloaded interval, its latency baseline.
+    fn with_baseline(latency_us: f64, queue: f64) -> CapacityLoop {
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        c.update(&Observation {
+            avg_queue: Some(queue),
+            ..obs(latency_us, 0.7, false, false)
+        });
+        c
+    }
+
+    fn assert_near(actual: f64, expected: f64) {
+        assert!(
+            (actual - expected).abs() < 1e-9,
+            "{actual} is not {expected}"
+        );
     }
 
     #[test]
@@ -766,33 +771,17 @@ mod tests {
             interval: Some(std::time::Duration::from_secs(1)),
             ..obs(40_159.0, served, true, true)
         };
-        let start = |c: &mut CapacityLoop| {
-            c.update(&Observation {
-                avg_queue: Some(2.0),
-                ..obs(6_344.0, 0.7, false, false)
-            })
-        };
-        let mut c = CapacityLoop::new(settings(), 1.0);
-        start(&mut c);
+        let mut c = with_baseline(6_344.0, 2.0);
         c.update(&arrival(1.0, true));
         assert_eq!(c.verdict(), Verdict::Overloaded);
         let excess = 40_159.0e-6 - 2.0 * 6_344.0e-6;
-        assert!(
-            (c.estimate() - (1.0 - DRAIN_SPEED * excess)).abs() < 1e-9,
-            "{}",
-            c.estimate()
-        );
+        assert_near(c.estimate(), 1.0 - DRAIN_SPEED * excess);
         // No newcomer, or the device served clearly less than estimated
         // (it changed, or another host arrived with the tenant): deep.
         for (served, newcomer) in [(1.0, false), (0.9, true)] {
-            let mut c = CapacityLoop::new(settings(), 1.0);
-            start(&mut c);
+            let mut c = with_baseline(6_344.0, 2.0);
             c.update(&arrival(served, newcomer));
-            assert!(
-                (c.estimate() - served * DEEPEST_CUT).abs() < 1e-9,
-                "served {served}, newcomer {newcomer}: {}",
-                c.estimate()
-            );
+            assert_near(c.estimate(), served * DEEPEST_CUT);
         }
     }
 
