@@ -1,8 +1,8 @@
 //! The cgroup backend of the controller: tenants are cgroups, counters come
 //! from the I/O controller, the device from /proc/diskstats.
 
-use crate::cgroup::IoController;
 use crate::cgroup::Version;
+use crate::cgroup::{IoController, REWRITE_TOLERANCE};
 use crate::diskstats::DiskStats;
 use crate::error::HostError;
 use iofloor_core::{Backend, Caps, Counters, DeviceCounters, TenantSpec};
@@ -110,7 +110,9 @@ impl Backend for CgroupBackend {
 
     fn apply_caps(&mut self, tenant: &TenantSpec, caps: &Caps) -> Result<(), HostError> {
         let Some(group) = self.shared.get(&tenant.name).cloned() else {
-            return self.io.set_caps(self.cgroup(tenant)?, caps);
+            return self
+                .io
+                .adjust_caps(self.cgroup(tenant)?, caps, REWRITE_TOLERANCE);
         };
         self.shared_caps.insert(tenant.name.clone(), *caps);
         let members: Vec<String> = self.members.get(&group).cloned().unwrap_or_default();
@@ -136,7 +138,7 @@ impl Backend for CgroupBackend {
         } else {
             Caps::NONE
         };
-        self.io.set_caps(&group, &total)?;
+        self.io.adjust_caps(&group, &total, REWRITE_TOLERANCE)?;
         for (m, c) in members.iter().zip(&member_caps) {
             let own = if summed { Caps::NONE } else { *c };
             let had = self.own_caps.contains(m);
@@ -146,7 +148,7 @@ impl Backend for CgroupBackend {
                     .get(m)
                     .cloned()
                     .ok_or_else(|| HostError::UnknownTenant(m.clone()))?;
-                self.io.set_caps(&cgroup, &own)?;
+                self.io.adjust_caps(&cgroup, &own, REWRITE_TOLERANCE)?;
             }
             if own.is_unlimited() {
                 self.own_caps.remove(m);

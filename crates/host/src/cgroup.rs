@@ -108,8 +108,15 @@ pub trait IoController: Send {
     fn read(&self, cgroup: &Path) -> Result<Counters>;
     /// The limits in force for the device.
     fn caps(&self, cgroup: &Path) -> Result<Caps>;
-    /// Sets the limits (None = no limit).
-    fn set_caps(&self, cgroup: &Path, caps: &Caps) -> Result<()>;
+    /// Sets the limits exactly (None = no limit), writing only those that
+    /// differ.
+    fn set_caps(&self, cgroup: &Path, caps: &Caps) -> Result<()> {
+        self.adjust_caps(cgroup, caps, 0.0)
+    }
+    /// Sets the limits, leaving one in force that is within `tolerance` (a
+    /// share of it) of the one wanted: the control path's writes, each of
+    /// which restarts blk-throttle's slice ([`REWRITE_TOLERANCE`]).
+    fn adjust_caps(&self, cgroup: &Path, caps: &Caps, tolerance: f64) -> Result<()>;
 }
 
 fn read_file(path: &Path) -> Result<String> {
@@ -143,20 +150,21 @@ pub struct BlkioV1 {
     pub dev: DevId,
 }
 
-/// A limit within this share of the one in force is not rewritten: each
+/// A limit within this share of the one in force is not rewritten by the
+/// control path (exact restores of an original are always written): each
 /// write restarts the group's throttle slice and lets its backlog through
 /// (the rig, a 1,600-IOPS limit on a QD-16 reader: never rewritten 1,601
 /// IOPS; its IOPS and bytes limits rewritten every second 1,696, every
 /// 250 ms 1,892; `stolen-rig` at a 250 ms interval missed floors in 58 % of
 /// windows, 0.3 % with this). Policies keep a margin of their own above an
 /// entitlement (5 % for `floor`).
-const REWRITE_TOLERANCE: f64 = 0.02;
+pub const REWRITE_TOLERANCE: f64 = 0.02;
 
 /// Whether a limit in force may stay for the one wanted: the same, or both
-/// set and within [`REWRITE_TOLERANCE`] of each other.
-fn close_enough(current: Option<f64>, wanted: Option<u64>) -> bool {
+/// set and within `tolerance` (a share of the one in force) of each other.
+fn close_enough(current: Option<f64>, wanted: Option<u64>, tolerance: f64) -> bool {
     match (current.map(|v| v as u64), wanted) {
-        (Some(c), Some(w)) => c.abs_diff(w) as f64 <= REWRITE_TOLERANCE * c as f64,
+        (Some(c), Some(w)) => c.abs_diff(w) as f64 <= tolerance * c as f64,
         (c, w) => c == w,
     }
 }
@@ -292,7 +300,7 @@ impl IoController for BlkioV1 {
         })
     }
 
-    fn set_caps(&self, cgroup: &Path, caps: &Caps) -> Result<()> {
+    fn adjust_caps(&self, cgroup: &Path, caps: &Caps, tolerance: f64) -> Result<()> {
         let dir = self.root.join(cgroup);
         let caps = writable(caps);
         for (file, get) in V1_LIMITS {
@@ -302,7 +310,8 @@ impl IoController for BlkioV1 {
             // files restarts the group's slice in both directions
             // ([`REWRITE_TOLERANCE`]). One that cannot be read is written
             // (the write says why not).
-            if matches!(self.read_limit(&path), Ok(current) if close_enough(current, wanted)) {
+            if matches!(self.read_limit(&path), Ok(current) if close_enough(current, wanted, tolerance))
+            {
                 continue;
             }
             // Writing 0 removes a limit.
@@ -416,7 +425,7 @@ impl IoController for IoV2 {
         parse_v2_max(&read_file(&path)?, self.dev, &path)
     }
 
-    fn set_caps(&self, cgroup: &Path, caps: &Caps) -> Result<()> {
+    fn adjust_caps(&self, cgroup: &Path, caps: &Caps, tolerance: f64) -> Result<()> {
         let caps = writable(caps);
         // One line holds every limit, so one write restarts the slice
         // (v2 runs the same blk-throttle): skipped when all are close.
@@ -425,7 +434,7 @@ impl IoController for IoV2 {
         if let Ok(current) = self.caps(cgroup) {
             if V1_LIMITS
                 .iter()
-                .all(|(_, get)| close_enough(get(&current), whole(get(&caps))))
+                .all(|(_, get)| close_enough(get(&current), whole(get(&caps)), tolerance))
             {
                 return Ok(());
             }
@@ -522,7 +531,7 @@ mod tests {
         let dir = root.path().join("t");
         fs::create_dir(&dir).unwrap();
         let old = std::time::SystemTime::UNIX_EPOCH;
-        let initial = [("7:0 100\n"), (""), ("7:0 409600\n"), ("")];
+        let initial = ["7:0 100\n", "", "7:0 409600\n", ""];
         for ((file, _), text) in V1_LIMITS.iter().zip(initial) {
             let f = fs::File::create(dir.join(file)).unwrap();
             std::io::Write::write_all(&mut &f, text.as_bytes()).unwrap();
@@ -534,13 +543,14 @@ mod tests {
         };
         // The IOPS limit within 2 % (kept), the bytes limit doubled, no
         // write limits as before.
-        v1.set_caps(
+        v1.adjust_caps(
             Path::new("t"),
             &Caps {
                 read_iops: Some(102.0),
                 read_bps: Some(819200.0),
                 ..Caps::NONE
             },
+            REWRITE_TOLERANCE,
         )
         .unwrap();
         let touched = |file: &str| fs::metadata(dir.join(file)).unwrap().modified().unwrap() != old;
@@ -557,21 +567,16 @@ mod tests {
             }
         );
         // Past the tolerance, or a limit removed: written.
-        v1.set_caps(
-            Path::new("t"),
-            &Caps {
-                read_iops: Some(103.0),
-                ..Caps::NONE
-            },
-        )
-        .unwrap();
-        assert_eq!(
-            v1.caps(Path::new("t")).unwrap(),
-            Caps {
-                read_iops: Some(103.0),
-                ..Caps::NONE
-            }
-        );
+        let iops = |n: f64| Caps {
+            read_iops: Some(n),
+            ..Caps::NONE
+        };
+        v1.adjust_caps(Path::new("t"), &iops(103.0), REWRITE_TOLERANCE)
+            .unwrap();
+        assert_eq!(v1.caps(Path::new("t")).unwrap(), iops(103.0));
+        // Set exactly (an original restored): any change is written.
+        v1.set_caps(Path::new("t"), &iops(104.0)).unwrap();
+        assert_eq!(v1.caps(Path::new("t")).unwrap(), iops(104.0));
     }
 
     #[test]
@@ -589,14 +594,17 @@ mod tests {
             read_iops: Some(n),
             ..Caps::NONE
         };
-        v2.set_caps(Path::new("t"), &iops(1015.0)).unwrap();
+        let adjust = |n| v2.adjust_caps(Path::new("t"), &iops(n), REWRITE_TOLERANCE);
+        adjust(1015.0).unwrap();
         assert_eq!(v2.caps(Path::new("t")).unwrap(), iops(1000.0));
-        v2.set_caps(Path::new("t"), &iops(1030.0)).unwrap();
+        adjust(1030.0).unwrap();
         assert_eq!(v2.caps(Path::new("t")).unwrap(), iops(1030.0));
+        v2.set_caps(Path::new("t"), &iops(1031.0)).unwrap();
+        assert_eq!(v2.caps(Path::new("t")).unwrap(), iops(1031.0));
         // A file that cannot be read is written all the same.
         fs::remove_file(&io_max).unwrap();
-        v2.set_caps(Path::new("t"), &iops(1030.0)).unwrap();
-        assert_eq!(v2.caps(Path::new("t")).unwrap(), iops(1030.0));
+        adjust(1031.0).unwrap();
+        assert_eq!(v2.caps(Path::new("t")).unwrap(), iops(1031.0));
     }
 
     #[test]
