@@ -26,6 +26,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IOFLOOR = os.environ.get("IOFLOOR", os.path.join(ROOT, "target", "release", "iofloor"))
@@ -87,16 +88,39 @@ def missed_per_phase(run, phases):
     return misses
 
 
+def seconds(text):
+    """A scenario duration this script reads: whole seconds ("20s")."""
+    m = re.fullmatch(r"(\d+)s", text)
+    if not m:
+        sys.exit("cap-oracle: duration %r is not whole seconds" % text)
+    return int(m.group(1))
+
+
+def megabytes(text):
+    """A scenario rate this script reads, in MB/s ("6MB/s")."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)MB/s", text)
+    if not m:
+        sys.exit("cap-oracle: rate %r is not in MB/s" % text)
+    return float(m.group(1))
+
+
 def stolen(work):
     text = open(os.path.join(ROOT, "scenarios", "stolen.toml")).read()
+    scenario = tomllib.loads(text)
     _, none = simulate(text, work)
-    phases = [(0, 60), (60, 120), (120, 180), (180, 240), (240, 300)]
-    processes = 4
+    # The other host's load changes at its phases; the noisy tenant's
+    # processes share each phase's rate.
+    steps = {seconds(p["at"]) for u in scenario["unmanaged"] for j in u["job"]
+             for p in j.get("phase", [])}
+    edges = sorted({0, seconds(scenario["duration"])} | steps)
+    phases = list(zip(edges, edges[1:]))
+    noisy = next(t for t in scenario["tenant"] if t.get("noisy"))
+    processes = noisy["job"][0].get("numjobs", 1)
 
     def variant(rates):
         out = []
         for tenant, block in blocks(text):
-            if tenant == "noisy" and block.startswith("[[tenant.job]]"):
+            if tenant == noisy["name"] and block.startswith("[[tenant.job]]"):
                 for (a, b), r in zip(phases, rates):
                     out.append(job_between(block, a, b, r / processes))
             else:
@@ -123,15 +147,28 @@ def stolen(work):
 
 def churn(work, shares):
     text = open(os.path.join(ROOT, "scenarios", "churn.toml")).read()
-    _, none = simulate(text, work)
-    # (start, stop, processes, ceiling MB/s) of the noisy tenants and the
-    # protected tenants' (start, stop, rate MB/s), as in scenarios/churn.toml.
-    noisy = {"heavy": (20, 220, 4, None), "capped": (60, 300, 4, 12.0), "light": (100, 260, 2, None)}
-    protected = {"early": (0, 180, 6.0), "late": (140, 300, 5.0), "always": (0, 300, 3.0)}
-    # What `none` serves while the device is saturated: 64 KiB random
-    # writes, whatever the tenant (MB/s).
-    capacity = 41.94
-    edges = sorted({0, 300} | {t for s in noisy.values() for t in s[:2]}
+    scenario = tomllib.loads(text)
+    end = seconds(scenario["duration"])
+    # Each tenant's one job: when it runs, with how many processes, and a
+    # protected tenant's rate or a noisy tenant's ceiling (MB/s).
+    noisy, protected = {}, {}
+    for tenant in scenario["tenant"]:
+        job = tenant["job"][0]
+        span = (seconds(job.get("start", "0s")), seconds(job.get("stop", "%ds" % end)))
+        if tenant.get("noisy"):
+            ceiling = tenant.get("ceiling")
+            noisy[tenant["name"]] = span + (job.get("numjobs", 1),
+                                           megabytes(ceiling) if ceiling else None)
+        else:
+            protected[tenant["name"]] = span + (megabytes(job["rate"]),)
+    none_run, none = simulate(text, work)
+    # What `none` serves with the device saturated (64 KiB random writes,
+    # whoever sends them): the typical window among the fullest.
+    totals = sorted(sum(t["got"]["bytes_per_s"] for t in w["tenants"]) / 1e6
+                    for w in none_run["windows"] if w["t"] >= none_run["warmup_s"])
+    full = [x for x in totals if x >= 0.98 * totals[-1]]
+    capacity = full[len(full) // 2]
+    edges = sorted({0, end} | {t for s in noisy.values() for t in s[:2]}
                    | {t for s in protected.values() for t in s[:2]})
     stretches = list(zip(edges, edges[1:]))
 
@@ -158,6 +195,7 @@ def churn(work, shares):
                 out.append(block)
         return "".join(out)
 
+    print("capacity while saturated: %.2f MB/s" % capacity)
     for share in shares:
         _, s = simulate(variant(share), work)
         print("U %.2f: floor-miss %.1f %%, work conservation %.3f, protected p99 ratio %.2f" % (

@@ -162,9 +162,9 @@ pub const REWRITE_TOLERANCE: f64 = 0.02;
 
 /// Whether a limit in force may stay for the one wanted: the same, or both
 /// set and within `tolerance` (a share of the one in force) of each other.
-fn close_enough(current: Option<f64>, wanted: Option<u64>, tolerance: f64) -> bool {
-    match (current.map(|v| v as u64), wanted) {
-        (Some(c), Some(w)) => c.abs_diff(w) as f64 <= tolerance * c as f64,
+fn close_enough(current: Option<f64>, wanted: Option<f64>, tolerance: f64) -> bool {
+    match (current, wanted) {
+        (Some(c), Some(w)) => (c - w).abs() <= tolerance * c,
         (c, w) => c == w,
     }
 }
@@ -305,7 +305,7 @@ impl IoController for BlkioV1 {
         let caps = writable(caps);
         for (file, get) in V1_LIMITS {
             let path = dir.join(file);
-            let wanted = get(&caps).map(|v| v as u64);
+            let wanted = get(&caps);
             // Only a limit that changes is written: a write to any of these
             // files restarts the group's slice in both directions
             // ([`REWRITE_TOLERANCE`]). One that cannot be read is written
@@ -315,7 +315,8 @@ impl IoController for BlkioV1 {
                 continue;
             }
             // Writing 0 removes a limit.
-            write_file(&path, &format!("{} {}", self.dev, wanted.unwrap_or(0)))?;
+            let v = wanted.map(|v| v as u64).unwrap_or(0);
+            write_file(&path, &format!("{} {v}", self.dev))?;
         }
         Ok(())
     }
@@ -430,11 +431,10 @@ impl IoController for IoV2 {
         // One line holds every limit, so one write restarts the slice
         // (v2 runs the same blk-throttle): skipped when all are close.
         // A limit that cannot be read is written (the write says why not).
-        let whole = |v: Option<f64>| v.map(|x| x as u64);
         if let Ok(current) = self.caps(cgroup) {
             if V1_LIMITS
                 .iter()
-                .all(|(_, get)| close_enough(get(&current), whole(get(&caps)), tolerance))
+                .all(|(_, get)| close_enough(get(&current), get(&caps), tolerance))
             {
                 return Ok(());
             }
