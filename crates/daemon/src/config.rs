@@ -320,6 +320,8 @@ pub struct Config {
 }
 
 pub const DEFAULT_STATE_FILE: &str = "/run/iofloor/state.json";
+/// Where Linux mounts cgroup hierarchies.
+pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9180";
 
 /// Line (1-based) of a byte offset.
@@ -356,6 +358,10 @@ struct Checker<'t> {
     text: &'t str,
     shown: String,
     base: PathBuf,
+    /// Where cgroup hierarchies are mounted: the usual place and the
+    /// configured `cgroup_root`. A tenant's `cgroup` that starts there is a
+    /// filesystem path, not a cgroup path.
+    mounts: Vec<PathBuf>,
 }
 
 impl Checker<'_> {
@@ -374,6 +380,32 @@ impl Checker<'_> {
         } else {
             self.base.join(p)
         }
+    }
+
+    /// A `cgroup` is a path inside the hierarchy (`/` is its root, as in
+    /// `/proc/PID/cgroup`). One that starts where hierarchies are mounted
+    /// would be looked for under the root again and never found, leaving
+    /// the tenant unmanaged without a word; it is refused with the path to
+    /// give instead.
+    fn not_a_mount_path(&self, cgroup: &str) -> Result<(), ValidationError> {
+        let path = Path::new(cgroup);
+        let Some(rest) = self.mounts.iter().find_map(|m| path.strip_prefix(m).ok()) else {
+            return Ok(());
+        };
+        // The hierarchy's own directory (`blkio`, `unified`) is part of the
+        // root, not of the tenant's path.
+        let rest = ["blkio", "unified"]
+            .iter()
+            .find_map(|h| rest.strip_prefix(h).ok())
+            .unwrap_or(rest);
+        Err(ValidationError::new(
+            "cgroup",
+            format!(
+                "`{cgroup}` is a path in the filesystem; give the cgroup's path under the \
+                 cgroup root (`cgroup_root`, detected when not set), e.g. `{}`",
+                rest.display()
+            ),
+        ))
     }
 
     fn interval(&self, interval: Option<DurationQ>) -> Result<Duration, ConfigError> {
@@ -752,6 +784,7 @@ impl Checker<'_> {
                 TenantSource::Libvirt { domain, disk }
             }
             (Some(c), None, None, None, None) => {
+                self.not_a_mount_path(&c)?;
                 let c = c.trim_start_matches('/').to_string();
                 if c.split('/').any(|part| part == "..") {
                     return Err(ValidationError::new("cgroup", "`..` is not allowed"));
@@ -941,11 +974,14 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let shown = path.display().to_string();
         let file = Config::read(text, &shown)?;
-        let check = Checker {
+        let mut check = Checker {
             text,
             shown,
             base: path.parent().unwrap_or(Path::new(".")).to_path_buf(),
+            mounts: vec![PathBuf::from(CGROUP_MOUNT)],
         };
+        let cgroup_root = file.cgroup_root.as_deref().map(|p| check.resolve(p));
+        check.mounts.extend(cgroup_root.clone());
         let interval = check.interval(file.interval)?;
         let (policy, params) = check.policy(file.policy)?;
         let api = check.api(file.api)?;
@@ -980,7 +1016,7 @@ impl Config {
                 .state_file
                 .map(|p| check.resolve(&p))
                 .unwrap_or_else(|| DEFAULT_STATE_FILE.into()),
-            cgroup_root: file.cgroup_root.map(|p| check.resolve(&p)),
+            cgroup_root,
             policy,
             params,
             api,
@@ -1174,6 +1210,28 @@ weight = 200
         );
         let e = error_of(&with("[libvirt]\nuri = \"\"\n"));
         assert!(e.message.contains("`libvirt.uri`"), "{e}");
+    }
+
+    #[test]
+    fn a_cgroup_given_as_a_filesystem_path_is_refused_with_the_path_to_give() {
+        let device = "[[device]]\nname = \"data\"\nid = \"7:0\"\nmodel = { rbps = 1e9, rseqiops = 1e3, rrandiops = 1e3, wbps = 1e9, wseqiops = 1e3, wrandiops = 1e3 }\n";
+        let tenant = |root: &str, cgroup: &str| {
+            format!("{root}{device}\n[[tenant]]\nname = \"a\"\ncgroup = \"{cgroup}\"\n")
+        };
+        let e = error_of(&tenant("", "/sys/fs/cgroup/blkio/team/db"));
+        assert!(e.message.contains("`tenant[0].cgroup`"), "{e}");
+        assert!(e.message.contains("e.g. `team/db`"), "{e}");
+        assert_eq!(e.line, Some(6), "the tenant's table: {e}");
+        let e = error_of(&tenant(
+            "cgroup_root = \"/host/cg\"\n",
+            "/host/cg/unified/team/db",
+        ));
+        assert!(e.message.contains("e.g. `team/db`"), "{e}");
+        // A path inside the hierarchy, with or without its leading `/`.
+        for cgroup in ["/team/db", "team/db", "/kubepods*/pod*"] {
+            let c = parse(&tenant("", cgroup)).unwrap();
+            assert_eq!(c.tenants.len(), 1, "{cgroup}");
+        }
     }
 
     #[test]
