@@ -600,6 +600,28 @@ impl Service {
         }
     }
 
+    /// Says once when an entry naming one cgroup or monitor socket (not a
+    /// glob, which may rightly match nothing yet) finds nothing: a typo or a
+    /// path given from the wrong root otherwise leaves the tenant
+    /// unmanaged without a word.
+    fn note_absent_paths(&mut self, found: &[Found]) {
+        use crate::config::TenantSource;
+        for (entry, t) in self.config.tenants.iter().enumerate() {
+            let path = match &t.source {
+                TenantSource::Cgroup(c) => self.cgroup_root.join(c),
+                TenantSource::Qmp { socket, .. } => socket.into(),
+                _ => continue,
+            };
+            if t.source.is_glob() || found.iter().any(|f| f.entry == entry) {
+                if self.absent.remove(&t.name) {
+                    info!(tenant = %t.name, path = %path.display(), "present now");
+                }
+            } else if self.absent.insert(t.name.clone()) {
+                info!(tenant = %t.name, path = %path.display(), "not present; looked for again each interval");
+            }
+        }
+    }
+
     fn libvirt_down(&mut self, message: &str) {
         if self.libvirt_error.as_deref() != Some(message) {
             warn!(uri = %self.config.libvirt_uri, "libvirt cannot be asked for its domains: {message}; its tenants are kept, unavailable, until it answers");
@@ -614,6 +636,7 @@ impl Service {
         if let Some(domains) = &domains {
             self.note_missing_domains(domains, &found);
         }
+        self.note_absent_paths(&found);
         let present: std::collections::HashSet<&str> =
             found.iter().map(|f| f.name.as_str()).collect();
         // libvirt that could not be asked says nothing of its domains: its

@@ -134,6 +134,9 @@ pub struct Service {
     libvirt_error: Option<String>,
     /// libvirt entries whose one domain or disk is missing, logged once.
     libvirt_missing: std::collections::HashSet<String>,
+    /// Tenant entries naming one cgroup or monitor socket that is not
+    /// there (logged once, until it appears).
+    absent: std::collections::HashSet<String>,
     /// The cgroup hierarchy is v2: a parent's `io.max` bounds its subtree.
     cgroup_v2: bool,
 }
@@ -185,6 +188,7 @@ impl Service {
             libvirt: None,
             libvirt_error: None,
             libvirt_missing: Default::default(),
+            absent: Default::default(),
             cgroup_v2: false,
         };
         s.cgroup_v2 = iofloor_host::cgroup::detect(&s.cgroup_root)

@@ -938,6 +938,13 @@ model = {{ rbps = 1e9, rseqiops = 5000, rrandiops = 5000, wbps = 1e9, wseqiops =
         "{log}"
     );
     assert!(log.contains("gone; dropped"), "{log}");
+    // A cgroup that is gone for good is said to be missing once, not
+    // every interval it is looked for again.
+    let absent = log
+        .lines()
+        .filter(|l| l.contains("tenant=other-dev") && l.contains("not present"))
+        .count();
+    assert_eq!(absent, 1, "{log}");
     // The monitor that never answers: logged once, never adopted, and
     // retried with backoff rather than costing a timeout every interval.
     assert_eq!(count("tenant=silent"), 1, "{log}");
