@@ -27,7 +27,7 @@
 //!   holding a few intervals. Past that level it probes: below the model
 //!   (which says there is more) on any interval below the threshold, by a
 //!   step that doubles from 1 % to 4 %, after a wait that starts at 8
-//!   intervals and doubles (to 30 s) each time a probe ends in an overload,
+//!   intervals and doubles (to 30) each time a probe ends in an overload,
 //!   so a neighbour that left is found again within seconds while a device
 //!   probed at its real capacity is overshot about twice a minute at most;
 //!   past the model only on clear room (latency or queue below 60 % of the
@@ -149,23 +149,16 @@ const PROBE_STEP: f64 = 0.01;
 const PROBE_STEP_MAX: f64 = 0.04;
 /// Intervals to hold after an overload before growing again.
 const HOLD_INTERVALS: u32 = 3;
-/// Wait after an overload before probing past its level: at first
-/// [`PROBE_WAIT_FIRST`] intervals, doubled each time a probe past the level
-/// ends in an overload, up to this many **seconds**. A neighbour that left
-/// is found again within a few intervals; a device probed at its real
-/// capacity is probed at most about once every half minute, whatever the
-/// interval (counted in intervals, a 250 ms interval overshot the
-/// simulator's `cliff` every 8 s: work conservation 0.941 instead of 0.960).
-/// Also how long a resumed estimate, and the model's capacity after an
-/// overload, are held before being probed past.
-const HOLD_BEYOND_S: u32 = 30;
-/// The first wait before probing past an overload's level, in intervals:
-/// each probe's overshoot is corrected one interval later, so a shorter
-/// interval may probe sooner (in seconds, `stolen` at 250 ms regained a
-/// departed neighbour's share later: 0.759 instead of 0.801).
+/// Intervals after an overload before probing past its level: at first
+/// [`PROBE_WAIT_FIRST`], doubled each time a probe past the level ends in an
+/// overload, up to this. A neighbour that left is found again within
+/// seconds; a device probed at its real capacity is probed at most about
+/// once every half minute.
+const HOLD_BEYOND_INTERVALS: u32 = 30;
+/// The first wait before probing past an overload's level.
 const PROBE_WAIT_FIRST: u32 = 8;
-/// Seconds after which the last overload's level is forgotten.
-const MEMORY_S: u32 = 120;
+/// Intervals after which the last overload's level is forgotten.
+const MEMORY_INTERVALS: u32 = 120;
 /// Share of the estimate that must be served for a probe past the model:
 /// just below the 0.97 handed out while contended, so a device that
 /// delivers what it is given is probed on, one that stays put is not.
@@ -227,8 +220,6 @@ pub struct CapacityLoop {
     /// Level of the last overload, and intervals since.
     last_overload: Option<(f64, u32)>,
     verdict: Verdict,
-    /// Length of the last interval seen (1 s until one says otherwise).
-    interval_s: f64,
 }
 
 impl CapacityLoop {
@@ -248,7 +239,6 @@ impl CapacityLoop {
             probe_wait: PROBE_WAIT_FIRST,
             last_overload: None,
             verdict: Verdict::Unknown,
-            interval_s: 1.0,
         }
     }
 
@@ -259,7 +249,7 @@ impl CapacityLoop {
     /// Continues from `estimate`, learned elsewhere (a new cluster allocator
     /// resumes the last allocation's), taken as the level of an overload
     /// just seen: the loop holds, and probes past it only after
-    /// [`HOLD_BEYOND_S`] with room. Started as if fresh, it grew at
+    /// `HOLD_BEYOND_INTERVALS` with room. Started as if fresh, it grew at
     /// once towards the model; on the test bed the quiet tenant then missed
     /// its floor in 3 windows 4–8 s after a takeover.
     pub fn resume(&mut self, estimate: f64) {
@@ -270,7 +260,7 @@ impl CapacityLoop {
         self.estimate = estimate.clamp(low, high);
         self.last_overload = Some((self.estimate, 0));
         self.step = STEP_MIN;
-        self.probe_wait = self.intervals(HOLD_BEYOND_S);
+        self.probe_wait = HOLD_BEYOND_INTERVALS;
     }
 
     pub fn verdict(&self) -> Verdict {
@@ -280,11 +270,6 @@ impl CapacityLoop {
     /// The lowest mean device latency of the last [`BASELINE_WINDOW`] intervals (µs).
     pub fn baseline_us(&self) -> Option<f64> {
         self.recent_us.iter().copied().reduce(f64::min)
-    }
-
-    /// How many of the intervals seen last make `seconds`.
-    fn intervals(&self, seconds: u32) -> u32 {
-        (f64::from(seconds) / self.interval_s).round().max(1.0) as u32
     }
 
     fn bounds(&self) -> (f64, f64) {
@@ -362,15 +347,9 @@ impl CapacityLoop {
     /// Learns from one interval; returns the new estimate.
     pub fn update(&mut self, obs: &Observation) -> f64 {
         let (low, high) = self.bounds();
-        if let Some(interval) = obs.interval.map(|i| i.as_secs_f64()) {
-            if interval.is_finite() && interval > 0.0 {
-                self.interval_s = interval;
-            }
-        }
-        let memory = self.intervals(MEMORY_S);
         if let Some((_, age)) = self.last_overload.as_mut() {
             *age += 1;
-            if *age > memory {
+            if *age > MEMORY_INTERVALS {
                 self.last_overload = None;
                 self.probe_wait = PROBE_WAIT_FIRST;
             }
@@ -444,7 +423,7 @@ impl CapacityLoop {
                 // A probe past the last level that ends here waits longer
                 // before the next one.
                 if before > self.reference() * (1.0 + 1e-9) {
-                    self.probe_wait = (self.probe_wait * 2).min(self.intervals(HOLD_BEYOND_S));
+                    self.probe_wait = (self.probe_wait * 2).min(HOLD_BEYOND_INTERVALS);
                 }
                 self.last_overload = Some((level.max(self.estimate), 0));
                 self.step = STEP_MIN;
@@ -576,7 +555,7 @@ impl CapacityLoop {
             self.probe_step = (self.probe_step * 2.0).min(PROBE_STEP_MAX);
             grown
         } else if clear_room
-            && since_overload.is_none_or(|age| age >= self.intervals(HOLD_BEYOND_S))
+            && since_overload.is_none_or(|age| age >= HOLD_BEYOND_INTERVALS)
             && self.load_judged_reliably()
             && served >= PROBE_USED * self.estimate
         {
@@ -651,12 +630,12 @@ mod tests {
         assert_eq!(c.estimate(), 0.7);
         // Clear room (latency far below the target) and tenants asking for
         // more: a fresh loop would grow towards the model at once.
-        for _ in 1..HOLD_BEYOND_S {
+        for _ in 1..HOLD_BEYOND_INTERVALS {
             c.update(&obs(100.0, 0.69, false, true));
             assert_eq!(
                 c.estimate(),
                 0.7,
-                "held for {HOLD_BEYOND_S} intervals of 1 s"
+                "held for {HOLD_BEYOND_INTERVALS} intervals"
             );
         }
         c.update(&obs(100.0, 0.69, false, true));
@@ -665,51 +644,6 @@ mod tests {
         c.resume(f64::NAN);
         c.resume(-1.0);
         assert!(c.estimate() > 0.7);
-    }
-
-    #[test]
-    fn the_longest_waits_are_seconds_whatever_the_interval() {
-        // Every 250 ms: a resumed estimate is held for 30 s (120 intervals),
-        // not 30 intervals.
-        let quarter = Some(std::time::Duration::from_millis(250));
-        let at = |latency_us: f64, served: f64| Observation {
-            interval: quarter,
-            ..obs(latency_us, served, false, true)
-        };
-        let mut c = CapacityLoop::new(
-            CapacitySettings {
-                latency_target_us: Some(1000.0),
-                ..settings()
-            },
-            1.0,
-        );
-        c.update(&at(100.0, 0.5));
-        c.resume(0.7);
-        let held = (1..=200)
-            .find(|_| c.update(&at(100.0, 0.69)) > 0.7)
-            .unwrap();
-        assert_eq!(held, 4 * HOLD_BEYOND_S, "intervals of 250 ms held");
-        // Probes that end in overloads double the wait up to 30 s (120
-        // intervals), from a first wait of 8 intervals.
-        let mut c = with_target();
-        let held_at = |latency_us: f64| Observation {
-            interval: quarter,
-            ..obs(latency_us, 0.8, true, true)
-        };
-        c.update(&held_at(100.0));
-        let waited = |c: &mut CapacityLoop| {
-            c.update(&held_at(900.0));
-            (1..=1000)
-                .find(|_| c.update(&held_at(150.0)) > 0.8)
-                .unwrap()
-        };
-        let waits: Vec<u32> = (0..6).map(|_| waited(&mut c)).collect();
-        assert!(
-            waits[1] < 4 * HOLD_BEYOND_S,
-            "the first waits are shorter: {waits:?}"
-        );
-        assert_eq!(waits[5], 4 * HOLD_BEYOND_S, "{waits:?}");
-        assert!(waits.windows(2).all(|w| w[1] >= w[0]), "{waits:?}");
     }
 
     #[test]
@@ -1042,7 +976,7 @@ mod tests {
         // next (Overloaded at 0.8 each time: intervals until probed past).
         let waited = |c: &mut CapacityLoop| {
             c.update(&obs(900.0, 0.8, true, true));
-            (1..=HOLD_BEYOND_S + 1)
+            (1..=HOLD_BEYOND_INTERVALS + 1)
                 .find(|_| c.update(&obs(150.0, 0.8, true, true)) > 0.8)
                 .unwrap()
         };
@@ -1051,7 +985,7 @@ mod tests {
         assert!(waits[0] >= 16, "{waits:?}");
         assert_eq!(waits[1..], [30, 30, 30], "{waits:?}");
         // Two minutes without an overload: the wait is back to its first.
-        for _ in 0..=MEMORY_S {
+        for _ in 0..=MEMORY_INTERVALS {
             c.update(&obs(150.0, 0.8, true, false));
         }
         assert_eq!(c.probe_wait, PROBE_WAIT_FIRST);
