@@ -322,6 +322,9 @@ pub struct Config {
 pub const DEFAULT_STATE_FILE: &str = "/run/iofloor/state.json";
 /// Where Linux mounts cgroup hierarchies.
 pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
+/// The hierarchies below [`CGROUP_MOUNT`] that may hold the I/O controller
+/// when it is not at the mount itself: the hybrid layout's v2, v1 `blkio`.
+pub const IO_HIERARCHIES: [&str; 2] = ["unified", "blkio"];
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9180";
 
 /// Line (1-based) of a byte offset.
@@ -394,7 +397,7 @@ impl Checker<'_> {
         };
         // The hierarchy's own directory (`blkio`, `unified`) is part of the
         // root, not of the tenant's path.
-        let rest = ["blkio", "unified"]
+        let rest = IO_HIERARCHIES
             .iter()
             .find_map(|h| rest.strip_prefix(h).ok())
             .unwrap_or(rest);

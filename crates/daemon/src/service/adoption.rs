@@ -564,27 +564,26 @@ impl Service {
     /// A libvirt entry naming one domain (or disk) that libvirt does not
     /// have is logged once, and once more when it appears; it is looked for
     /// again every interval.
-    fn note_missing_domains(&mut self, domains: &[DomainInfo], found: &[Found]) {
+    fn note_missing_domains(&mut self, domains: &[DomainInfo], matched: &[bool]) {
         use crate::config::TenantSource;
         for (entry, t) in self.config.tenants.iter().enumerate() {
             let TenantSource::Libvirt { domain, disk } = &t.source else {
                 continue;
             };
-            let missing =
-                if found.iter().any(|f| f.entry == entry) || domain.contains(['*', '?', '[']) {
-                    None
-                } else if let Some(d) = domains
-                    .iter()
-                    .find(|d| d.name == *domain || d.uuid.eq_ignore_ascii_case(domain))
-                {
-                    Some(format!(
-                        "libvirt domain `{}` has no disk `{disk}` (its disks: {})",
-                        d.name,
-                        d.disks.join(", ")
-                    ))
-                } else {
-                    Some(format!("libvirt has no running domain `{domain}`"))
-                };
+            let missing = if matched[entry] || domain.contains(['*', '?', '[']) {
+                None
+            } else if let Some(d) = domains
+                .iter()
+                .find(|d| d.name == *domain || d.uuid.eq_ignore_ascii_case(domain))
+            {
+                Some(format!(
+                    "libvirt domain `{}` has no disk `{disk}` (its disks: {})",
+                    d.name,
+                    d.disks.join(", ")
+                ))
+            } else {
+                Some(format!("libvirt has no running domain `{domain}`"))
+            };
             match missing {
                 Some(m) => {
                     if self.libvirt_missing.insert(t.name.clone()) {
@@ -604,20 +603,22 @@ impl Service {
     /// glob, which may rightly match nothing yet) finds nothing: a typo or a
     /// path given from the wrong root otherwise leaves the tenant
     /// unmanaged without a word.
-    fn note_absent_paths(&mut self, found: &[Found]) {
+    fn note_absent_paths(&mut self, matched: &[bool]) {
         use crate::config::TenantSource;
         for (entry, t) in self.config.tenants.iter().enumerate() {
-            let path = match &t.source {
-                TenantSource::Cgroup(c) => self.cgroup_root.join(c),
-                TenantSource::Qmp { socket, .. } => socket.into(),
+            // Joined only to be logged (a socket's path is absolute).
+            let (base, named) = match &t.source {
+                TenantSource::Cgroup(c) => (self.cgroup_root.as_path(), c),
+                TenantSource::Qmp { socket, .. } => (Path::new("/"), socket),
                 _ => continue,
             };
-            if t.source.is_glob() || found.iter().any(|f| f.entry == entry) {
+            let path = || base.join(named);
+            if t.source.is_glob() || matched[entry] {
                 if self.absent.remove(&t.name) {
-                    info!(tenant = %t.name, path = %path.display(), "present now");
+                    info!(tenant = %t.name, path = %path().display(), "present now");
                 }
             } else if self.absent.insert(t.name.clone()) {
-                info!(tenant = %t.name, path = %path.display(), "not present; looked for again each interval");
+                info!(tenant = %t.name, path = %path().display(), "not present; looked for again each interval");
             }
         }
     }
@@ -633,10 +634,15 @@ impl Service {
     pub(super) fn reconcile(&mut self) {
         let domains = self.libvirt_domains();
         let found = discover(&self.config, &self.cgroup_root, domains.as_deref());
-        if let Some(domains) = &domains {
-            self.note_missing_domains(domains, &found);
+        // Which config entries matched something, once for both notes.
+        let mut matched = vec![false; self.config.tenants.len()];
+        for f in &found {
+            matched[f.entry] = true;
         }
-        self.note_absent_paths(&found);
+        if let Some(domains) = &domains {
+            self.note_missing_domains(domains, &matched);
+        }
+        self.note_absent_paths(&matched);
         let present: std::collections::HashSet<&str> =
             found.iter().map(|f| f.name.as_str()).collect();
         // libvirt that could not be asked says nothing of its domains: its

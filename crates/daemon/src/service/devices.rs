@@ -30,13 +30,12 @@ pub fn cgroup_root(config: &Config) -> anyhow::Result<PathBuf> {
         iofloor_host::cgroup::detect(root).map_err(|e| anyhow::anyhow!("`cgroup_root`: {e}"))?;
         return Ok(root.clone());
     }
-    for root in [
-        "/sys/fs/cgroup",
-        "/sys/fs/cgroup/unified",
-        "/sys/fs/cgroup/blkio",
-    ] {
-        if iofloor_host::cgroup::detect(Path::new(root)).is_ok() {
-            return Ok(root.into());
+    let mount = Path::new(crate::config::CGROUP_MOUNT);
+    let roots = std::iter::once(mount.to_path_buf())
+        .chain(crate::config::IO_HIERARCHIES.iter().map(|h| mount.join(h)));
+    for root in roots {
+        if iofloor_host::cgroup::detect(&root).is_ok() {
+            return Ok(root);
         }
     }
     anyhow::bail!("no cgroup hierarchy with an I/O controller (v2 `io` or v1 `blkio`) found; set `cgroup_root`")
