@@ -9,10 +9,13 @@
 # issue allows 2 intervals there), then the windows after the cut, the misses
 # from the third window after it, and the noisy tenant's mean.
 # Needs root and a release build (cargo build --release).
-# Usage: scripts/daemon-cut.sh [INTERVAL=1s] [CUT=2800]
+# WATCH sets the daemon's `watch_interval` (`0s`: no looks between
+# intervals); left out, the daemon's default (an eighth of the interval).
+# Usage: scripts/daemon-cut.sh [INTERVAL=1s] [CUT=2800] [WATCH]
 set -euo pipefail
 interval=${1:-1s}
 cut_iops=${2:-2800}
+watch=${3:-}
 iofloor=$(cd "$(dirname "$0")/.." && pwd)/target/release/iofloor
 work=$(mktemp -d /tmp/iofloor-daemon-cut.XXXXXX)
 rigs=$work/rigs
@@ -43,6 +46,7 @@ device=$("$iofloor" rig up --iops 4000 --state-dir "$rigs" 2>/dev/null | tail -1
 for t in noisy q1 q2 q3; do mkdir -p "$cg/$t"; done
 cat >"$work/iofloor.toml" <<TOML
 interval = "$interval"
+${watch:+watch_interval = \"$watch\"}
 state_file = "$work/state.json"
 [[device]]
 name = "rig"
@@ -98,7 +102,7 @@ sleep $cut_at
 "$iofloor" rig set --iops "$cut_iops" --device "$device" --state-dir "$rigs" >/dev/null 2>&1
 wait "${pids[@]}"
 pids=()
-echo "interval $interval, rig 4000 -> $cut_iops IOPS at ${cut_at} s (fio time)"
+echo "interval $interval, watch_interval ${watch:-default}, rig 4000 -> $cut_iops IOPS at ${cut_at} s (fio time)"
 for spec in q1:1000 q2:750 q3:375; do
   tenant=${spec%%:*}
   floor=${spec##*:}

@@ -265,6 +265,8 @@ impl<'s> Play<'s> {
         let start = Instant::now();
         self.session.start = Some(start);
         let mut next_tick = Duration::ZERO;
+        let look_every = scenario.watch_interval;
+        let mut next_look = Duration::ZERO;
         let mut next_window = Duration::from_secs(1);
         let mut last_window_at = Duration::ZERO;
         // What each tenant asks during the open window: what ran at its
@@ -319,15 +321,35 @@ impl<'s> Play<'s> {
                     return Err(BenchError::Failed(msg));
                 }
             }
-            if let Some(ctrl) = self.controller.as_mut().filter(|_| now >= next_tick) {
-                let report = ctrl.tick(now, &mut self.backends[0]);
-                decisions.record(report.decision_time);
-                for (tenant, e) in report.errors {
-                    if errors_seen.insert(tenant.clone()) {
-                        eprintln!("warning: tenant {tenant}: {e}");
+            if let Some(ctrl) = self.controller.as_mut() {
+                let early = match look_every {
+                    Some(every) if now >= next_look && now < next_tick => {
+                        next_look = now + every;
+                        ctrl.look(now, &mut self.backends[0])
+                    }
+                    _ => false,
+                };
+                if now >= next_tick || early {
+                    let report = if early {
+                        ctrl.tick_early(now, &mut self.backends[0])
+                    } else {
+                        ctrl.tick(now, &mut self.backends[0])
+                    };
+                    decisions.record(report.decision_time);
+                    for (tenant, e) in report.errors {
+                        if errors_seen.insert(tenant.clone()) {
+                            eprintln!("warning: tenant {tenant}: {e}");
+                        }
+                    }
+                    next_tick = if early {
+                        now + scenario.interval
+                    } else {
+                        next_tick + scenario.interval
+                    };
+                    if let Some(every) = look_every {
+                        next_look = now + every;
                     }
                 }
-                next_tick += scenario.interval;
             }
             let demand = window_demand.get_or_insert_with(|| demand_now(&running));
             if now >= next_window {
@@ -390,6 +412,7 @@ impl<'s> Play<'s> {
             let wake = [
                 next_window,
                 next_tick,
+                look_every.map_or(duration, |_| next_look),
                 plan.get(next_change).map(|c| c.at).unwrap_or(duration),
                 scenario
                     .device

@@ -57,6 +57,14 @@
 //!   newcomer's uncapped first interval); probes past the model go on
 //!   only while what they hand out is served.
 //!
+//! - **Between intervals, a look.** Part of an interval that shows the
+//!   device overloaded while the last decision took it not to be (the
+//!   threshold below, on a queue longer than a couple of I/Os) asks for a
+//!   decision at once ([`CapacityLoop::overloaded_in_part`]). What such an
+//!   early decision saw served covers time before the overload: past a
+//!   newcomer's arrival it is no measure of the device, elsewhere its
+//!   deeper cut drains sooner and the next interval measures again.
+//!
 //! Overload is judged by, in order: the operator's `latency_target` (mean
 //! device latency; `/proc/diskstats` gives means, not percentiles), the
 //! calibrated `queue_knee`, or automatically, latency above
@@ -103,6 +111,10 @@ pub struct Observation {
     /// already divided by the target utilisation): a step down on a
     /// saturated device never goes below it.
     pub floors_need: f64,
+    /// Decided before the interval ended, on what a look between intervals
+    /// saw: what was served covers time before the overload the look saw,
+    /// so it bounds the device's capacity from below instead of measuring it.
+    pub early: bool,
 }
 
 /// The loop's verdict on an interval, for logs and tests.
@@ -279,6 +291,31 @@ impl CapacityLoop {
         )
     }
 
+    /// Whether part of an interval shows the device overloaded while the
+    /// last decision took it not to be: a step of load the policy should
+    /// answer before the interval ends (see `Policy::wants_early_decision`).
+    /// Judged as an interval is, but only on a real queue, since a fraction
+    /// of an interval at a queue of one or two is mostly noise.
+    pub fn overloaded_in_part(&self, latency_us: Option<f64>, avg_queue: Option<f64>) -> bool {
+        if self.verdict == Verdict::Overloaded {
+            return false;
+        }
+        let latency = latency_us.filter(|l| l.is_finite() && *l > 0.0);
+        let queue = avg_queue.filter(|q| q.is_finite());
+        if let (Some(target), Some(l)) = (self.settings.latency_target_us, latency) {
+            return l > target;
+        }
+        if let (Some(knee), Some(q)) = (self.settings.queue_knee, queue) {
+            return q > knee;
+        }
+        match (latency, queue, self.baseline_us()) {
+            (Some(l), Some(q), Some(base)) => {
+                q > DRAINABLE_QUEUE && l > self.settings.latency_factor * base
+            }
+            _ => false,
+        }
+    }
+
     /// How loaded the interval shows the device; `None` if it cannot be told.
     fn load(&mut self, obs: &Observation, stepped_down_at_us: Option<f64>) -> Option<Load> {
         let latency = obs.latency_us.filter(|l| l.is_finite() && *l > 0.0);
@@ -360,7 +397,7 @@ impl CapacityLoop {
         // own demand (0.56 of the rig) was taken for it, and the cut at its
         // return went below the floors' need and stayed there.
         let asked_more = obs.held_by_device || obs.wants_more || obs.contended;
-        if let Some(s) = served.filter(|_| asked_more) {
+        if let Some(s) = served.filter(|_| asked_more && !obs.early) {
             if self.recent_served.len() == SUSTAINED_INTERVALS {
                 self.recent_served.pop_front();
             }
@@ -371,6 +408,20 @@ impl CapacityLoop {
         let held_by_a_queue = self.held_by_a_queue(obs);
         self.verdict = match (self.load(obs, stepped_down_at_us), served) {
             (Some(Load::Over(ratio)), Some(s)) if held_by_a_queue && s > 0.0 => {
+                // Decided early at a tenant's arrival, the time before it
+                // dilutes what was served: judged as an arrival on a device
+                // that served its estimate (rig `on-off-rig`: a burst seen
+                // 125 ms into an interval took the diluted figure for the
+                // capacity, cut to 0.69 and kept the returning tenant below
+                // its floor for 3 s). Without one, the diluted figure's
+                // deeper cut drains another host's queue sooner and the
+                // interval's end measures again (simulator: `cliff` 0.959
+                // work conservation against 0.923 cut from the estimate).
+                let s = if obs.early && obs.newcomer {
+                    s.max(self.estimate)
+                } else {
+                    s
+                };
                 // What it served is its capacity. With a floor short, the
                 // further past the threshold, the deeper below it for an
                 // interval, so the queue that built up drains (PARDA scales
@@ -614,6 +665,7 @@ mod tests {
             interval: None,
             newcomer: false,
             floors_need: 0.3,
+            early: false,
         }
     }
 
@@ -751,6 +803,64 @@ mod tests {
         c
     }
 
+    #[test]
+    fn part_of_an_interval_asks_for_a_decision_only_on_a_new_overload_with_a_queue() {
+        let fresh = CapacityLoop::new(settings(), 1.0);
+        assert!(
+            !fresh.overloaded_in_part(Some(5_000.0), Some(30.0)),
+            "no baseline yet: nothing to judge a latency by"
+        );
+        let c = with_baseline(200.0, 1.0);
+        assert!(c.overloaded_in_part(Some(5_000.0), Some(30.0)));
+        assert!(
+            !c.overloaded_in_part(Some(5_000.0), Some(DRAINABLE_QUEUE)),
+            "a short queue over part of an interval is noise"
+        );
+        assert!(
+            !c.overloaded_in_part(Some(300.0), Some(30.0)),
+            "below 2x the baseline"
+        );
+        for (latency, queue) in [
+            (None, Some(30.0)),
+            (Some(f64::NAN), Some(30.0)),
+            (Some(5_000.0), None),
+        ] {
+            assert!(
+                !c.overloaded_in_part(latency, queue),
+                "{latency:?} {queue:?}"
+            );
+        }
+        // Once an interval judged the device overloaded, the loop is at it
+        // already: an early decision would only cut again before the last
+        // cut drained.
+        let mut over = with_baseline(200.0, 1.0);
+        over.update(&Observation {
+            avg_queue: Some(30.0),
+            ..obs(5_000.0, 0.7, true, true)
+        });
+        assert_eq!(over.verdict(), Verdict::Overloaded);
+        assert!(!over.overloaded_in_part(Some(5_000.0), Some(30.0)));
+        // The operator's target and the calibrated knee judge as an interval.
+        let target = CapacityLoop::new(
+            CapacitySettings {
+                latency_target_us: Some(2_000.0),
+                ..settings()
+            },
+            1.0,
+        );
+        assert!(target.overloaded_in_part(Some(2_500.0), Some(1.0)));
+        assert!(!target.overloaded_in_part(Some(1_500.0), Some(50.0)));
+        let knee = CapacityLoop::new(
+            CapacitySettings {
+                queue_knee: Some(16.0),
+                ..settings()
+            },
+            1.0,
+        );
+        assert!(knee.overloaded_in_part(None, Some(17.0)));
+        assert!(!knee.overloaded_in_part(Some(9_000.0), Some(15.0)));
+    }
+
     fn assert_near(actual: f64, expected: f64) {
         assert!(
             (actual - expected).abs() < 1e-9,
@@ -783,6 +893,21 @@ mod tests {
             c.update(&arrival(served, newcomer));
             assert_near(c.estimate(), served * DEEPEST_CUT);
         }
+        // Decided early, what was served is diluted by the time before the
+        // look: at an arrival it is no measure (drained as if the device
+        // served its estimate); without one, the deep cut stands.
+        let mut c = with_baseline(6_344.0, 2.0);
+        c.update(&Observation {
+            early: true,
+            ..arrival(0.6, true)
+        });
+        assert_near(c.estimate(), 1.0 - DRAIN_SPEED * excess);
+        let mut c = with_baseline(6_344.0, 2.0);
+        c.update(&Observation {
+            early: true,
+            ..arrival(0.6, false)
+        });
+        assert_near(c.estimate(), 0.6 * DEEPEST_CUT);
     }
 
     #[test]

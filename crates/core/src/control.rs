@@ -107,6 +107,30 @@ pub fn device_between(
     })
 }
 
+/// The shortest time between looks (each reads the device's counters).
+pub const WATCH_MIN: Duration = Duration::from_millis(20);
+
+/// How often to look at the device between ticks, from the configured
+/// `watch_interval`: never unless given (zero: never). Off by default
+/// because the rig measured it worse where the simulator measured it better
+/// (docs/policies.md, "Looks between intervals"): blk-throttle lets I/O
+/// through in bursts, and a fraction of an interval then shows queues no
+/// interval does. The error says what is allowed.
+pub fn watch_interval(
+    interval: Duration,
+    given: Option<Duration>,
+) -> Result<Option<Duration>, String> {
+    match given {
+        None => Ok(None),
+        Some(w) if w.is_zero() => Ok(None),
+        Some(w) if w < WATCH_MIN || w >= interval => Err(format!(
+            "must be 0s (no looks between intervals) or from {WATCH_MIN:?} to less than the \
+             interval ({interval:?}), got {w:?}"
+        )),
+        Some(w) => Ok(Some(w)),
+    }
+}
+
 /// What one tick did, for logs, metrics and reports.
 #[derive(Debug, Clone)]
 pub struct TickReport {
@@ -138,6 +162,8 @@ pub struct Controller {
     tenants: Vec<Tracked>,
     last_time: Option<Duration>,
     last_device: Option<DeviceCounters>,
+    /// The device counters at the last look between ticks (or the tick).
+    last_look: Option<(Duration, DeviceCounters)>,
 }
 
 impl Controller {
@@ -154,6 +180,7 @@ impl Controller {
                 .collect(),
             last_time: None,
             last_device: None,
+            last_look: None,
         }
     }
 
@@ -207,9 +234,36 @@ impl Controller {
         self.policy.feasibility()
     }
 
+    /// A look at the device between ticks: true when the policy wants to
+    /// decide now rather than at the end of the interval
+    /// ([`Policy::wants_early_decision`]); the caller then calls
+    /// [`Controller::tick_early`] and counts the next interval from it. Reads only
+    /// the device's counters, judged over the time since the last look.
+    pub fn look<B: Backend>(&mut self, now: Duration, backend: &mut B) -> bool {
+        let Some(current) = backend.read_device() else {
+            return false;
+        };
+        let previous = self.last_look.replace((now, current));
+        let Some((then, before)) = previous else {
+            return false;
+        };
+        device_between(&before, &current, now.saturating_sub(then))
+            .is_some_and(|sample| self.policy.wants_early_decision(&sample))
+    }
+
     /// Reads counters, decides, applies the caps that changed. `now` is the
     /// caller's clock.
     pub fn tick<B: Backend>(&mut self, now: Duration, backend: &mut B) -> TickReport {
+        self.tick_as(now, backend, false)
+    }
+
+    /// [`Controller::tick`] before the interval ended, because
+    /// [`Controller::look`] said so.
+    pub fn tick_early<B: Backend>(&mut self, now: Duration, backend: &mut B) -> TickReport {
+        self.tick_as(now, backend, true)
+    }
+
+    fn tick_as<B: Backend>(&mut self, now: Duration, backend: &mut B, early: bool) -> TickReport {
         let dt = self.last_time.map(|t| now.saturating_sub(t));
         self.last_time = Some(now);
         let mut errors = Vec::new();
@@ -244,6 +298,7 @@ impl Controller {
             });
         }
         let device_now = backend.read_device();
+        self.last_look = device_now.map(|d| (now, d));
         let device = match (self.last_device, device_now, dt) {
             (Some(a), Some(b), Some(dt)) => device_between(&a, &b, dt),
             _ => None,
@@ -258,7 +313,11 @@ impl Controller {
         };
         // The one clock read of the control path, to report decision time.
         let started = Instant::now();
-        let caps = self.policy.decide(&snapshot);
+        let caps = if early {
+            self.policy.decide_early(&snapshot)
+        } else {
+            self.policy.decide(&snapshot)
+        };
         let decision_time = started.elapsed();
 
         for (t, new) in self.tenants.iter_mut().zip(&caps) {
@@ -304,6 +363,28 @@ mod tests {
         let u = usage_between(&b, &a, Duration::from_millis(500)).unwrap();
         assert_eq!(u.write.ios, 190.0);
         assert_eq!(usage_between(&b, &a, Duration::ZERO), None);
+    }
+
+    #[test]
+    fn watch_interval_is_off_unless_given_and_refuses_what_cannot_work() {
+        let second = Duration::from_secs(1);
+        assert_eq!(watch_interval(second, None), Ok(None));
+        assert_eq!(watch_interval(second, Some(Duration::ZERO)), Ok(None));
+        assert_eq!(
+            watch_interval(Duration::from_millis(100), Some(WATCH_MIN)),
+            Ok(Some(WATCH_MIN))
+        );
+        assert_eq!(
+            watch_interval(second, Some(Duration::from_millis(250))),
+            Ok(Some(Duration::from_millis(250)))
+        );
+        for bad in [Duration::from_millis(5), second, Duration::from_secs(2)] {
+            let e = watch_interval(second, Some(bad)).unwrap_err();
+            assert!(
+                e.contains("must be 0s") && e.contains(&format!("{bad:?}")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

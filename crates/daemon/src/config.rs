@@ -31,6 +31,7 @@ pub struct ConfigError {
 #[serde(deny_unknown_fields)]
 struct File {
     interval: Option<DurationQ>,
+    watch_interval: Option<DurationQ>,
     state_file: Option<PathBuf>,
     cgroup_root: Option<PathBuf>,
     policy: Option<Spanned<PolicySection>>,
@@ -304,6 +305,9 @@ impl TenantSource {
 pub struct Config {
     pub file: PathBuf,
     pub interval: Duration,
+    /// How often the devices are looked at between intervals, for an
+    /// overload to decide on at once (None: never; always None with a cluster).
+    pub watch_interval: Option<Duration>,
     pub state_file: PathBuf,
     /// `None`: detected (v2 with io at /sys/fs/cgroup, else v1 blkio).
     pub cgroup_root: Option<PathBuf>,
@@ -411,25 +415,55 @@ impl Checker<'_> {
         ))
     }
 
+    /// An error for a top-level key, at the first line that sets it.
+    fn top_level_error(&self, key: &str, message: String) -> ConfigError {
+        let line = self
+            .text
+            .lines()
+            .position(|l| {
+                l.trim_start()
+                    .strip_prefix(key)
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            })
+            .map(|i| i + 1);
+        ConfigError {
+            file: self.shown.clone(),
+            line,
+            message: ValidationError::new(key, message).to_string(),
+        }
+    }
+
     fn interval(&self, interval: Option<DurationQ>) -> Result<Duration, ConfigError> {
         let interval = interval.map(|d| d.0).unwrap_or(Duration::from_secs(1));
         if interval < Duration::from_millis(100) || interval > Duration::from_secs(60) {
-            let line = self
-                .text
-                .lines()
-                .position(|l| l.trim_start().starts_with("interval"))
-                .map(|i| i + 1);
-            return Err(ConfigError {
-                file: self.shown.clone(),
-                line,
-                message: ValidationError::new(
-                    "interval",
-                    format!("must be between 100ms and 60s, got {interval:?}"),
-                )
-                .to_string(),
-            });
+            return Err(self.top_level_error(
+                "interval",
+                format!("must be between 100ms and 60s, got {interval:?}"),
+            ));
         }
         Ok(interval)
+    }
+
+    fn watch_interval(
+        &self,
+        given: Option<DurationQ>,
+        interval: Duration,
+        cluster: bool,
+    ) -> Result<Option<Duration>, ConfigError> {
+        let given = given.map(|d| d.0);
+        if cluster {
+            return match given {
+                Some(w) if !w.is_zero() => Err(self.top_level_error(
+                    "watch_interval",
+                    "the hosts of a `[cluster]` decide together once an interval: \
+                     leave it out or give 0s"
+                        .into(),
+                )),
+                _ => Ok(None),
+            };
+        }
+        iofloor_core::control::watch_interval(interval, given)
+            .map_err(|m| self.top_level_error("watch_interval", m))
     }
 
     fn policy(
@@ -997,6 +1031,8 @@ impl Config {
         let mut tenants = check.tenants(file.tenants, &devices)?;
         let groups = check.groups(file.groups, &named, &mut tenants)?;
         let cluster = check.cluster(file.cluster, &devices, interval)?;
+        let watch_interval =
+            check.watch_interval(file.watch_interval, interval, cluster.is_some())?;
         let libvirt_uri = match file.libvirt.map(|l| (l.span(), l.into_inner())) {
             Some((span, LibvirtSection { uri: Some(uri) })) => {
                 if uri.trim().is_empty() || uri.contains('\0') {
@@ -1015,6 +1051,7 @@ impl Config {
         Ok(Config {
             file: path.to_path_buf(),
             interval,
+            watch_interval,
             state_file: file
                 .state_file
                 .map(|p| check.resolve(&p))
@@ -1301,12 +1338,21 @@ weight = 200
     fn a_cluster_section_parses_with_defaults_and_refuses_bad_values() {
         let device = "[[device]]\nname = \"data\"\nid = \"7:0\"\nmodel = { rbps = 1e9, rseqiops = 1e3, rrandiops = 1e3, wbps = 1e9, wseqiops = 1e3, wrandiops = 1e3 }\n";
         let with = |cluster: &str| format!("interval = \"500ms\"\n{device}\n[cluster]\n{cluster}");
-        let c = parse(&with(
+        let parsed = parse(&with(
             "endpoints = [\"http://10.0.0.1:2379\"]\nhost = \"h1\"\n",
         ))
-        .unwrap()
-        .cluster
         .unwrap();
+        assert_eq!(
+            parsed.watch_interval, None,
+            "a cluster decides once an interval"
+        );
+        let e = error_of(&format!(
+            "watch_interval = \"100ms\"\n{}",
+            with("endpoints = [\"http://10.0.0.1:2379\"]\nhost = \"h1\"\n")
+        ));
+        assert_eq!(e.line, Some(1), "{e}");
+        assert!(e.message.contains("decide together"), "{e}");
+        let c = parsed.cluster.unwrap();
         assert_eq!(c.name, "iofloor");
         assert_eq!(c.host, "h1");
         assert_eq!((c.device, c.shared_device.as_str()), (0, "data"));
@@ -1391,6 +1437,28 @@ weight = 200
 
         let e = error_of(&GOOD.replace("interval = \"500ms\"", "interval = \"5ms\""));
         assert_eq!(e.line, Some(2));
+
+        let watched = |w: &str| {
+            GOOD.replace(
+                "state_file",
+                &format!("watch_interval = \"{w}\"\nstate_file"),
+            )
+        };
+        assert_eq!(
+            parse(GOOD).unwrap().watch_interval,
+            None,
+            "off unless given"
+        );
+        assert_eq!(parse(&watched("0s")).unwrap().watch_interval, None);
+        assert_eq!(
+            parse(&watched("100ms")).unwrap().watch_interval,
+            Some(Duration::from_millis(100))
+        );
+        for bad in ["500ms", "2ms"] {
+            let e = error_of(&watched(bad));
+            assert_eq!(e.line, Some(3), "{e}");
+            assert!(e.message.starts_with("`watch_interval` must be 0s"), "{e}");
+        }
 
         let e = error_of(&GOOD.replace("listen = \"127.0.0.1:0\"", "listen = \"localhost\""));
         assert!(e.message.contains("api.listen"), "{e}");

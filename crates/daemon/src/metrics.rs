@@ -95,6 +95,7 @@ pub struct Metrics {
     tick_duration: Histogram,
     tick_lateness: Histogram,
     overruns: Counter,
+    early_ticks: Counter,
     ticks: Counter,
     reloads: Family<ReloadLabels, Counter>,
     cluster_allocator: Family<ClusterLabels, GaugeF>,
@@ -143,6 +144,7 @@ impl Metrics {
             tick_duration: Histogram::new(exponential_buckets(1e-5, 2.0, 19)),
             tick_lateness: Histogram::new(exponential_buckets(1e-5, 2.0, 19)),
             overruns: Counter::default(),
+            early_ticks: Counter::default(),
             ticks: Counter::default(),
             reloads: Family::default(),
             cluster_allocator: Family::default(),
@@ -263,6 +265,11 @@ impl Metrics {
             m.overruns.clone(),
         );
         r.register("iofloor_ticks", "Control intervals run", m.ticks.clone());
+        r.register(
+            "iofloor_early_ticks",
+            "Control intervals cut short because a look at a device between intervals saw an overload (`watch_interval`)",
+            m.early_ticks.clone(),
+        );
         r.register(
             "iofloor_config_reloads",
             "Config reloads, by result",
@@ -505,6 +512,9 @@ impl Metrics {
         self.tick_lateness.observe(timing.lateness.as_secs_f64());
         if overrun {
             self.overruns.inc();
+        }
+        if timing.early {
+            self.early_ticks.inc();
         }
     }
 

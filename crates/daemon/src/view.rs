@@ -164,6 +164,10 @@ pub struct Status {
     pub interval_s: f64,
     pub uptime_s: f64,
     pub ticks: u64,
+    /// Of `ticks`, those run before their interval ended because a look at
+    /// a device between intervals saw an overload (`watch_interval`).
+    #[serde(default)]
+    pub early_ticks: u64,
     pub overruns: u64,
     /// The control loop's timing over its last ticks.
     #[serde(default)]

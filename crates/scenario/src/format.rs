@@ -53,6 +53,10 @@ pub struct ScenarioFile {
     pub warmup: Option<DurationQ>,
     /// Control interval (default 1 s, at least 100 ms).
     pub interval: Option<DurationQ>,
+    /// How often the device is looked at between intervals, for an
+    /// overload to decide on at once (default and `0s`: never). Not with
+    /// `[cluster]`, whose hosts decide together.
+    pub watch_interval: Option<DurationQ>,
     /// Seed of the simulator's random numbers.
     #[serde(default = "default_seed")]
     pub seed: u64,
@@ -475,6 +479,8 @@ pub struct Scenario {
     pub duration: Duration,
     pub warmup: Duration,
     pub interval: Duration,
+    /// Looks at the device between intervals (None: none).
+    pub watch_interval: Option<Duration>,
     pub seed: u64,
     pub device: Device,
     /// The model policies are given (the device's own unless `[device.model]`).
@@ -878,12 +884,25 @@ impl ScenarioFile {
             duration,
             interval,
         )?;
+        let watch_interval = match (self.watch_interval.map(|w| w.0), &cluster) {
+            (Some(w), Some(_)) if !w.is_zero() => {
+                return bad(
+                    "watch_interval",
+                    "the hosts of a `[cluster]` decide together once an interval: \
+                     leave it out or give 0s",
+                )
+            }
+            (_, Some(_)) => None,
+            (given, None) => iofloor_core::control::watch_interval(interval, given)
+                .or_else(|m| bad("watch_interval", m))?,
+        };
         Ok(Scenario {
             name: self.name,
             description: self.description,
             duration,
             warmup,
             interval,
+            watch_interval,
             seed: self.seed,
             device,
             policy_model,
@@ -1309,6 +1328,34 @@ ramp = { every = "10s", max = 4 }
             "[policy.floor]\ntarget_utilisation = 1.5\n[[tenant]]",
         ));
         assert!(e.contains("target_utilisation"), "{e}");
+    }
+
+    #[test]
+    fn watch_interval_is_off_unless_given_and_bad_values_name_the_line() {
+        let with = |watch: &str| {
+            BASE.replace(
+                "duration = \"60s\"\n",
+                &format!("duration = \"60s\"\n{watch}"),
+            )
+        };
+        let s = Scenario::parse(BASE, "t.toml").unwrap();
+        assert_eq!(s.watch_interval, None);
+        let s = Scenario::parse(&with("watch_interval = \"0s\"\n"), "t.toml").unwrap();
+        assert_eq!(s.watch_interval, None);
+        let s = Scenario::parse(&with("watch_interval = \"125ms\"\n"), "t.toml").unwrap();
+        assert_eq!(s.watch_interval, Some(Duration::from_millis(125)));
+        for bad in ["\"1s\"", "\"1ms\""] {
+            let e = err_of(&with(&format!("watch_interval = {bad}\n")));
+            assert!(
+                e.starts_with("bad.toml:4: `watch_interval` must be 0s"),
+                "{e}"
+            );
+        }
+        let e = err_of(&with("watch_interval = \"soon\"\n"));
+        assert!(
+            e.contains("bad.toml") && e.contains("line 4") && e.contains("soon"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -48,6 +48,7 @@ enum Kind {
 const DEVICE_CHANGE: u32 = 0;
 const ALLOCATE: u32 = 1;
 const HOST_EVENT: u32 = 2;
+const LOOK: u32 = 3;
 
 impl Kind {
     /// Eight kinds: the kind rides in 3 bits of an event's payload.
@@ -813,19 +814,22 @@ impl<'s> Engine<'s> {
         self.windows.push(Window { t, tenants, device });
     }
 
-    /// One control interval of whatever drives the throttles.
-    fn control(&mut self, driver: &mut Driver, decisions: &mut DecisionStats) {
+    /// One control interval of whatever drives the throttles; `early`: cut
+    /// short by a look (one host only).
+    fn control(&mut self, driver: &mut Driver, decisions: &mut DecisionStats, early: bool) {
         let now = Duration::from_nanos(self.now);
         match driver {
             Driver::Nothing => {}
             Driver::OneHost(c) => {
-                let report = c.tick(
-                    now,
-                    &mut SimBackend {
-                        engine: self,
-                        view: None,
-                    },
-                );
+                let mut backend = SimBackend {
+                    engine: self,
+                    view: None,
+                };
+                let report = if early {
+                    c.tick_early(now, &mut backend)
+                } else {
+                    c.tick(now, &mut backend)
+                };
                 decisions.record(report.decision_time);
                 self.capacity_estimate = c.capacity_estimate();
             }
@@ -881,9 +885,18 @@ impl<'s> Engine<'s> {
                     .collect(),
             ),
         };
+        let mut generation = 0u32;
         if !matches!(driver, Driver::Nothing) {
-            self.push(0, Kind::Control, 0, 0);
+            self.push(0, Kind::Control, generation, 0);
         }
+        let look_every = match self.sc.watch_interval {
+            Some(every) if matches!(driver, Driver::OneHost(_)) => {
+                let every = every.as_nanos() as u64;
+                self.push(every, Kind::Scheduled, 0, LOOK);
+                every
+            }
+            _ => 0,
+        };
         if matches!(driver, Driver::Cluster(_) | Driver::HostsAlone(_)) {
             if let Some(c) = &self.sc.cluster {
                 for (ei, (at, _, _)) in c.events.iter().enumerate() {
@@ -911,10 +924,36 @@ impl<'s> Engine<'s> {
                 Kind::Scheduled if b == DEVICE_CHANGE => {
                     self.dev.capacity_factor = self.sc.device.changes[a as usize].1;
                 }
-                Kind::Control => {
-                    self.control(&mut driver, &mut decisions);
+                Kind::Control if a == generation => {
+                    self.control(&mut driver, &mut decisions, false);
                     if self.now + interval <= end {
-                        self.push(self.now + interval, Kind::Control, 0, 0);
+                        self.push(self.now + interval, Kind::Control, generation, 0);
+                    }
+                }
+                Kind::Control => {}
+                Kind::Scheduled if b == LOOK => {
+                    let now = Duration::from_nanos(self.now);
+                    let early = match &mut driver {
+                        Driver::OneHost(c) => c.look(
+                            now,
+                            &mut SimBackend {
+                                engine: &mut self,
+                                view: None,
+                            },
+                        ),
+                        _ => false,
+                    };
+                    if early {
+                        // Decide now; the interval pending is replaced by
+                        // one counted from here.
+                        generation += 1;
+                        self.control(&mut driver, &mut decisions, true);
+                        if self.now + interval <= end {
+                            self.push(self.now + interval, Kind::Control, generation, 0);
+                        }
+                    }
+                    if self.now + look_every <= end {
+                        self.push(self.now + look_every, Kind::Scheduled, 0, LOOK);
                     }
                 }
                 Kind::Scheduled if b == ALLOCATE => {

@@ -245,6 +245,46 @@ fn floors_hold_when_the_device_is_not_what_the_model_says() {
     }
 }
 
+/// Issue 10, bursts from idle: a look at the device between intervals
+/// (`watch_interval`, here an eighth of one) decides at once on an overload
+/// it sees, instead of leaving a tenant back from idle (`churn`) or another
+/// host's step (`stolen`) a whole interval on the device.
+#[test]
+fn looks_between_intervals_answer_a_burst_before_the_interval_ends() {
+    for name in ["churn", "stolen"] {
+        let unwatched = Scenario::load(&scenario_path(name)).unwrap();
+        assert_eq!(unwatched.watch_interval, None, "{name}: off by default");
+        let watched = Scenario {
+            watch_interval: Some(unwatched.interval / 8),
+            ..unwatched.clone()
+        };
+        let floor_of = |sc: &Scenario| {
+            let Ok(runs) = run_policies(&Simulator::new(2), sc, &[PolicyKind::Floor], &|_, _| {});
+            compare(&runs)
+                .into_iter()
+                .find(|(p, _)| p == "floor")
+                .map(|(_, m)| m)
+                .unwrap()
+        };
+        let (with, without) = (floor_of(&watched), floor_of(&unwatched));
+        let p99 = |m: &iofloor_report::PolicyMeasures| m.protected_p99_ratio.unwrap();
+        eprintln!(
+            "{name}: floor-miss {:.4} -> {:.4}, p99 ratio {:.2} -> {:.2}, WC {:?} -> {:?}",
+            without.floor_miss_rate,
+            with.floor_miss_rate,
+            p99(&without),
+            p99(&with),
+            without.work_conservation,
+            with.work_conservation
+        );
+        assert!(
+            with.floor_miss_rate < without.floor_miss_rate,
+            "{name}: floor-miss"
+        );
+        assert!(p99(&with) < p99(&without), "{name}: protected p99");
+    }
+}
+
 /// Issue 11's cluster scenarios: tenants on several hosts share one device.
 /// Each host alone (the single-host daemon on every host) cannot see the
 /// others' load; the cluster's allocator over every host's reports keeps

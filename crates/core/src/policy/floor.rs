@@ -31,7 +31,11 @@
 //!    and are removed once they exceed the capacity: gradual release, no bursts.
 //!    A tenant not held back keeps a burst guard while others hold
 //!    entitlements: what they leave of the target share, so an idle tenant
-//!    that comes back cannot take their floors for a whole interval.
+//!    that comes back cannot take their floors for a whole interval. Between
+//!    intervals the caller looks at the device (`Controller::look`); an
+//!    overload there (`Policy::wants_early_decision`) is decided on at once
+//!    (`decide_early`), so a burst or another host's step is answered within
+//!    a look, not at the interval's end.
 //!
 //! A cap is never set below what the tenant's floor entitles it to, unless the
 //! floors together exceed the device (admission control reports that case);
@@ -204,6 +208,8 @@ pub struct FloorPolicy {
     /// What the device really does for us, in cost units per second.
     capacity: CapacityLoop,
     feasibility: Option<Feasibility>,
+    /// The decision being made is an early one (`Policy::decide_early`).
+    early: bool,
 }
 
 /// One tenant's figures for a decision, all in cost units per second.
@@ -237,6 +243,7 @@ impl FloorPolicy {
             feasibility: None,
             params,
             ctx,
+            early: false,
         }
     }
 }
@@ -256,6 +263,18 @@ impl Policy for FloorPolicy {
 
     fn feasibility(&self) -> Option<Feasibility> {
         self.feasibility
+    }
+
+    fn wants_early_decision(&self, device: &crate::model::DeviceSample) -> bool {
+        self.capacity
+            .overloaded_in_part(device.mean_latency_us(), Some(device.avg_queue))
+    }
+
+    fn decide_early(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
+        self.early = true;
+        let caps = self.decide(snapshot);
+        self.early = false;
+        caps
     }
 
     fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
@@ -655,6 +674,7 @@ impl FloorPolicy {
                 contended: total >= p.border * self.capacity.estimate(),
                 interval: Some(snapshot.interval),
                 floors_need: priced.reserved.iter().sum::<f64>() / p.target_utilisation,
+                early: self.early,
             }),
             None => self.capacity.estimate(),
         };

@@ -38,6 +38,22 @@ pub trait Policy: Send {
     /// while. Policies that do not learn capacity ignore it.
     fn resume_capacity(&mut self, _estimate: f64) {}
 
+    /// Whether the device, seen over part of an interval, shows something
+    /// the next decision should not wait a whole interval for (a neighbour
+    /// host's load stepping up, a tenant bursting back from idle). The
+    /// caller then decides at once and starts the next interval from there.
+    /// Policies that do not learn capacity never ask.
+    fn wants_early_decision(&self, _device: &crate::model::DeviceSample) -> bool {
+        false
+    }
+
+    /// Decides before the interval ended, after `wants_early_decision`: the
+    /// samples cover the time since the last decision, partly before what
+    /// the look saw.
+    fn decide_early(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
+        self.decide(snapshot)
+    }
+
     /// Whether the active tenants' floors fit what the policy can hand out,
     /// for metrics and the API; `None` for policies that do not judge it.
     fn feasibility(&self) -> Option<Feasibility> {

@@ -176,7 +176,7 @@ pub(super) fn floor_met(tenant: &Tenant, contended: bool) -> Option<bool> {
 impl Service {
     /// One interval: discovery, then each device's controller. Returns the
     /// longest decision time.
-    pub(super) fn tick(&mut self, now: Duration) -> Duration {
+    pub(super) fn tick(&mut self, now: Duration, early: bool) -> Duration {
         self.reconcile();
         self.sync_cluster_floors();
         self.ticks += 1;
@@ -188,11 +188,23 @@ impl Service {
         let mut decision = Duration::ZERO;
         for di in 0..self.devices.len() {
             if self.device_is_present(di) {
-                decision = decision.max(self.tick_device(di, now, dt));
+                decision = decision.max(self.tick_device(di, now, dt, early));
             }
         }
         self.publish(now);
         decision
+    }
+
+    /// A look at every present device between intervals: true when one
+    /// of their policies wants to decide now (`Controller::look`).
+    pub(super) fn look(&mut self, now: Duration) -> bool {
+        let mut early = false;
+        for d in &mut self.devices {
+            if d.present {
+                early |= d.controller.look(now, &mut d.backend);
+            }
+        }
+        early
     }
 
     /// Notes a device that went or came back; a device that is gone makes
@@ -224,9 +236,13 @@ impl Service {
 
     /// Runs one device's controller and records what it saw and did, in one
     /// pass over its tenants. Returns the decision time.
-    fn tick_device(&mut self, di: usize, now: Duration, dt: f64) -> Duration {
+    fn tick_device(&mut self, di: usize, now: Duration, dt: f64, early: bool) -> Duration {
         let d = &mut self.devices[di];
-        let report = d.controller.tick(now, &mut d.backend);
+        let report = if early {
+            d.controller.tick_early(now, &mut d.backend)
+        } else {
+            d.controller.tick(now, &mut d.backend)
+        };
         d.state.utilisation = report.device.map(|s| s.utilisation);
         d.state.avg_queue = report.device.map(|s| s.avg_queue);
         d.state.capacity_estimate = d.controller.capacity_estimate();

@@ -115,6 +115,9 @@ pub struct Service {
     shared: Arc<Shared>,
     started: Instant,
     ticks: u64,
+    /// Ticks run before the interval ended, on what a look between
+    /// intervals saw (`watch_interval`).
+    early_ticks: u64,
     overruns: u64,
     tick_history: TickHistory,
     last_reload: Option<Reload>,
@@ -177,6 +180,7 @@ impl Service {
             shared,
             started: Instant::now(),
             ticks: 0,
+            early_ticks: 0,
             overruns: 0,
             tick_history: TickHistory::default(),
             last_reload: None,
@@ -225,6 +229,7 @@ impl Service {
                 interval_s: config.interval.as_secs_f64(),
                 uptime_s: 0.0,
                 ticks: 0,
+                early_ticks: 0,
                 overruns: 0,
                 tick: Default::default(),
                 config: config.file.display().to_string(),
@@ -245,7 +250,7 @@ impl Service {
     /// Returns the longest decision time. For benchmarks and tests that drive
     /// the clock themselves.
     pub fn step(&mut self, now: Duration) -> Duration {
-        self.tick(now)
+        self.tick(now, false)
     }
 
     /// A tenant's promise: its config entry's, then the API's changes, then,
@@ -313,8 +318,11 @@ impl Service {
             info!("control thread keeps its priority (nice {CONTROL_NICE} refused: {e})");
         }
         let mut next = Instant::now();
+        let watch = self.config.watch_interval;
+        let mut next_look = watch.map(|w| next + w);
         loop {
-            let wait = next.saturating_duration_since(Instant::now());
+            let wake = next_look.map_or(next, |look| look.min(next));
+            let wait = wake.saturating_duration_since(Instant::now());
             match commands.recv_timeout(wait) {
                 Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(Command::Patch {
@@ -332,15 +340,29 @@ impl Service {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     let started = Instant::now();
+                    let early = started < next && {
+                        next_look = watch.map(|w| started + w);
+                        self.look(self.started.elapsed())
+                    };
+                    if started < next && !early {
+                        continue;
+                    }
                     let lateness = started.saturating_duration_since(next);
-                    let decision = self.tick(self.started.elapsed());
+                    let decision = self.tick(self.started.elapsed(), early);
                     let timing = TickTiming {
                         decision,
                         duration: started.elapsed(),
                         lateness,
+                        early,
                     };
                     self.tick_history.record(&timing);
+                    if early {
+                        // The next interval counts from this decision.
+                        self.early_ticks += 1;
+                        next = started;
+                    }
                     next += self.config.interval;
+                    next_look = watch.map(|w| Instant::now() + w);
                     let overrun = next < Instant::now();
                     if overrun {
                         self.overruns += 1;

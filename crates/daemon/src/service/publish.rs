@@ -64,6 +64,7 @@ impl Service {
         view.status.uptime_s = self.started.elapsed().as_secs_f64();
         view.status.ticks = self.ticks;
         view.status.overruns = self.overruns;
+        view.status.early_ticks = self.early_ticks;
         view.status.tick = self.tick_history.status();
         view.status.policy = self.config.policy.as_str().into();
         view.status.interval_s = self.config.interval.as_secs_f64();

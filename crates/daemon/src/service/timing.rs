@@ -19,6 +19,8 @@ pub struct TickTiming {
     /// Start after the scheduled time: API changes handled first, or a
     /// machine too busy to wake the thread on time.
     pub lateness: Duration,
+    /// Run before its interval ended, on what a look at the devices saw.
+    pub early: bool,
 }
 
 #[derive(Debug, Default)]

@@ -181,6 +181,47 @@ fn floors_hold_when_the_device_loses_capacity_mid_run() {
     if !real_environment() {
         return;
     }
+    let daemon = floors_hold_through_a_cut(None);
+    let (_, status) = daemon.get("/api/v1/status");
+    assert_eq!(
+        status["early_ticks"], 0,
+        "no looks between intervals unless set"
+    );
+}
+
+/// The same with `watch_interval` set: the daemon looks at the device
+/// between intervals and decides at once on an overload it sees there. How
+/// often that happens depends on timing, so the count is printed and checked
+/// only against the metric; the floors are held to the same measure.
+#[test]
+fn floors_hold_through_a_cut_with_looks_between_intervals() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    let daemon = floors_hold_through_a_cut(Some("125ms"));
+    let (_, status) = daemon.get("/api/v1/status");
+    let early = status["early_ticks"].as_u64().unwrap();
+    let ticks = status["ticks"].as_u64().unwrap();
+    eprintln!("early decisions: {early} of {ticks} intervals");
+    assert!(early <= ticks);
+    let metrics = daemon.get_text("/metrics");
+    let counted: u64 = metrics
+        .lines()
+        .find(|l| l.starts_with("iofloor_early_ticks_total"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap() as u64;
+    // The metric may have counted one more tick since the status was read.
+    assert!(
+        (early..=early + 1).contains(&counted),
+        "{counted} in /metrics, {early} in status"
+    );
+}
+
+/// Issue 10's service run, `watch_interval` as given; asserts the floors
+/// held and returns the daemon still running.
+fn floors_hold_through_a_cut(watch_interval: Option<&str>) -> Daemon {
     // Issue 10's run: a rig of 4,000 IOPS, three quiet tenants asking
     // 1,000/750/375 4 KiB random reads at QD1 with those floors, a noisy one
     // with 8 jobs x QD4; the daemon has the inline model of 4,000 IOPS and
@@ -207,7 +248,11 @@ name = "q3"
 cgroup = "{parent}/q3"
 floor = "375iops"
 "#;
-    let daemon = Daemon::start(&config(&rig.device, 4000, &cg.parent, tenants));
+    let mut text = config(&rig.device, 4000, &cg.parent, tenants);
+    if let Some(w) = watch_interval {
+        text = format!("watch_interval = \"{w}\"\n{text}");
+    }
+    let daemon = Daemon::start(&text);
     daemon.wait_for("four tenants", Duration::from_secs(10), |v| {
         v["tenants"].as_array().is_some_and(|a| a.len() == 4)
     });
@@ -244,11 +289,14 @@ floor = "375iops"
         ("noisy", 200.0),
     ] {
         let (_, t) = daemon.get(&format!("/api/v1/tenants/{name}"));
-        let points: Vec<(f64, f64)> = t["history"]
+        let ticks: Vec<(f64, f64)> = t["history"]
             .as_array()
             .unwrap()
             .iter()
             .map(|p| (p["t"].as_f64().unwrap(), p["iops"].as_f64().unwrap()))
+            .collect();
+        let points: Vec<(f64, f64)> = per_second(&ticks)
+            .into_iter()
             .filter(|(at, _)| *at > started + 5.0 && *at < end)
             .collect();
         let after: Vec<f64> = points
@@ -295,8 +343,12 @@ floor = "375iops"
     // 0.739 for the true 0.700, 109/111 (2 windows late after the cut): the
     // issue's ≤ 1 % is not met in every run (issue 10 stays open on it);
     // this guards against floors collapsing as they did before (~72 %).
+    // With looks between intervals (off by default) measured 109/111 here
+    // and 108/108, 109/110 judged by fio's logs (scripts/daemon-cut.sh), a
+    // little noisier: held to not collapsing.
+    let least = if watch_interval.is_some() { 0.95 } else { 0.98 };
     assert!(
-        share >= 0.98,
+        share >= least,
         "floors met in {:.1} % of windows",
         share * 100.0
     );
@@ -308,6 +360,32 @@ floor = "375iops"
         noisy_mean > 200.0,
         "the noisy tenant keeps what the floors leave: {noisy_mean:.0} IOPS"
     );
+    daemon
+}
+
+/// A tenant's history (per tick: its end and the rate since the tick
+/// before) as 1 s windows from the first tick, each ending at the time given:
+/// a tick cut short by a look covers less than a second, so rates are
+/// weighted by the time they cover. Regular 1 s ticks come out unchanged.
+fn per_second(ticks: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let Some(&(first, _)) = ticks.first() else {
+        return Vec::new();
+    };
+    let mut windows: Vec<(f64, f64)> = Vec::new();
+    for pair in ticks.windows(2) {
+        let ((mut from, _), (to, rate)) = (pair[0], pair[1]);
+        while from < to - 1e-6 {
+            let k = (from - first + 1e-6).floor().max(0.0);
+            let end = (first + k + 1.0).min(to);
+            let i = k as usize;
+            if windows.len() <= i {
+                windows.resize(i + 1, (0.0, 0.0));
+            }
+            windows[i] = (first + k + 1.0, windows[i].1 + rate * (end - from));
+            from = end;
+        }
+    }
+    windows
 }
 
 /// Runs a command with `input` on stdin: (success, stdout + stderr).
