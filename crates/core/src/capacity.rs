@@ -896,18 +896,17 @@ mod tests {
         // Decided early, what was served is diluted by the time before the
         // look: at an arrival it is no measure (drained as if the device
         // served its estimate); without one, the deep cut stands.
-        let mut c = with_baseline(6_344.0, 2.0);
-        c.update(&Observation {
-            early: true,
-            ..arrival(0.6, true)
-        });
-        assert_near(c.estimate(), 1.0 - DRAIN_SPEED * excess);
-        let mut c = with_baseline(6_344.0, 2.0);
-        c.update(&Observation {
-            early: true,
-            ..arrival(0.6, false)
-        });
-        assert_near(c.estimate(), 0.6 * DEEPEST_CUT);
+        for (newcomer, expected) in [
+            (true, 1.0 - DRAIN_SPEED * excess),
+            (false, 0.6 * DEEPEST_CUT),
+        ] {
+            let mut c = with_baseline(6_344.0, 2.0);
+            c.update(&Observation {
+                early: true,
+                ..arrival(0.6, newcomer)
+            });
+            assert_near(c.estimate(), expected);
+        }
     }
 
     #[test]

@@ -111,7 +111,9 @@ pub fn device_between(
 pub const WATCH_MIN: Duration = Duration::from_millis(20);
 
 /// How often to look at the device between ticks, from the configured
-/// `watch_interval`: never unless given (zero: never). Off by default
+/// `watch_interval`: never unless given (zero: never), and never in a
+/// cluster, whose hosts decide together once an interval (a non-zero value
+/// there is refused). Off by default
 /// because the rig measured it worse where the simulator measured it better
 /// (docs/policies.md, "Looks between intervals"): blk-throttle lets I/O
 /// through in bursts, and a fraction of an interval then shows queues no
@@ -119,10 +121,14 @@ pub const WATCH_MIN: Duration = Duration::from_millis(20);
 pub fn watch_interval(
     interval: Duration,
     given: Option<Duration>,
+    cluster: bool,
 ) -> Result<Option<Duration>, String> {
     match given {
         None => Ok(None),
         Some(w) if w.is_zero() => Ok(None),
+        Some(_) if cluster => Err("the hosts of a `[cluster]` decide together once an \
+             interval: leave it out or give 0s"
+            .into()),
         Some(w) if w < WATCH_MIN || w >= interval => Err(format!(
             "must be 0s (no looks between intervals) or from {WATCH_MIN:?} to less than the \
              interval ({interval:?}), got {w:?}"
@@ -368,18 +374,24 @@ mod tests {
     #[test]
     fn watch_interval_is_off_unless_given_and_refuses_what_cannot_work() {
         let second = Duration::from_secs(1);
-        assert_eq!(watch_interval(second, None), Ok(None));
-        assert_eq!(watch_interval(second, Some(Duration::ZERO)), Ok(None));
+        assert_eq!(watch_interval(second, None, false), Ok(None));
         assert_eq!(
-            watch_interval(Duration::from_millis(100), Some(WATCH_MIN)),
+            watch_interval(second, Some(Duration::ZERO), false),
+            Ok(None)
+        );
+        assert_eq!(
+            watch_interval(Duration::from_millis(100), Some(WATCH_MIN), false),
             Ok(Some(WATCH_MIN))
         );
         assert_eq!(
-            watch_interval(second, Some(Duration::from_millis(250))),
+            watch_interval(second, Some(Duration::from_millis(250)), false),
             Ok(Some(Duration::from_millis(250)))
         );
+        assert_eq!(watch_interval(second, Some(Duration::ZERO), true), Ok(None));
+        let e = watch_interval(second, Some(Duration::from_millis(125)), true).unwrap_err();
+        assert!(e.contains("decide together"), "{e}");
         for bad in [Duration::from_millis(5), second, Duration::from_secs(2)] {
-            let e = watch_interval(second, Some(bad)).unwrap_err();
+            let e = watch_interval(second, Some(bad), false).unwrap_err();
             assert!(
                 e.contains("must be 0s") && e.contains(&format!("{bad:?}")),
                 "{e}"

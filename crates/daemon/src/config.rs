@@ -450,19 +450,7 @@ impl Checker<'_> {
         interval: Duration,
         cluster: bool,
     ) -> Result<Option<Duration>, ConfigError> {
-        let given = given.map(|d| d.0);
-        if cluster {
-            return match given {
-                Some(w) if !w.is_zero() => Err(self.top_level_error(
-                    "watch_interval",
-                    "the hosts of a `[cluster]` decide together once an interval: \
-                     leave it out or give 0s"
-                        .into(),
-                )),
-                _ => Ok(None),
-            };
-        }
-        iofloor_core::control::watch_interval(interval, given)
+        iofloor_core::control::watch_interval(interval, given.map(|d| d.0), cluster)
             .map_err(|m| self.top_level_error("watch_interval", m))
     }
 

@@ -884,18 +884,12 @@ impl ScenarioFile {
             duration,
             interval,
         )?;
-        let watch_interval = match (self.watch_interval.map(|w| w.0), &cluster) {
-            (Some(w), Some(_)) if !w.is_zero() => {
-                return bad(
-                    "watch_interval",
-                    "the hosts of a `[cluster]` decide together once an interval: \
-                     leave it out or give 0s",
-                )
-            }
-            (_, Some(_)) => None,
-            (given, None) => iofloor_core::control::watch_interval(interval, given)
-                .or_else(|m| bad("watch_interval", m))?,
-        };
+        let watch_interval = iofloor_core::control::watch_interval(
+            interval,
+            self.watch_interval.map(|w| w.0),
+            cluster.is_some(),
+        )
+        .or_else(|m| bad("watch_interval", m))?;
         Ok(Scenario {
             name: self.name,
             description: self.description,

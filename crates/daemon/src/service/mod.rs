@@ -340,11 +340,12 @@ impl Service {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     let started = Instant::now();
+                    // Woken before the interval's end: only to look.
                     let early = started < next && {
                         next_look = watch.map(|w| started + w);
                         self.look(self.started.elapsed())
                     };
-                    if started < next && !early {
+                    if !early && started < next {
                         continue;
                     }
                     let lateness = started.saturating_duration_since(next);
