@@ -83,6 +83,7 @@ proptest! {
         cases in prop::collection::vec(tenant_case(12), 1..12),
         knee in prop::option::of(1.0..64.0f64),
         queue in prop::collection::vec(0.0..100.0f64, 12),
+        early in prop::collection::vec(prop::option::of((0.0..200.0f64, 0.0..5000.0f64)), 12),
     ) {
         let cost = model();
         let params = FloorParams { queue_knee: knee, ..FloorParams::default() };
@@ -124,7 +125,12 @@ proptest! {
                 device: Some(DeviceSample { utilisation: 1.0, avg_queue, iops: 1000.0 }),
                 tenants: &samples,
             };
-            caps = policy.decide(&snap);
+            // Some decisions are early ones, on a look's stretch of any
+            // queue and rate.
+            caps = match early[step] {
+                Some((avg_queue, iops)) => policy.decide_early(&snap, &DeviceSample { utilisation: 1.0, avg_queue, iops }),
+                None => policy.decide(&snap),
+            };
             prop_assert_eq!(caps.len(), cases.len());
             // Once the learned capacity is below the floors, entitlements
             // shrink alike (checked in the next property).
@@ -145,7 +151,7 @@ proptest! {
     }
 
     /// Device figures that are missing, zero, absurd or from counters that
-    /// went backwards never move the learned capacity out of its bounds, and
+    /// went backwards (over an interval or a look's stretch) never move the learned capacity out of its bounds, and
     /// an interval without them leaves it where it was: bad reads can neither
     /// hand out more than the last estimate nor squeeze the tenants.
     #[test]
@@ -153,6 +159,7 @@ proptest! {
         cases in prop::collection::vec(tenant_case(30), 1..6),
         path in prop::collection::vec(prop::option::of((0.0..1e4f64, prop::sample::select(vec![0.0, 1.0, 1e3, 1e6, f64::NAN, f64::INFINITY]))), 30),
         target in prop::option::of(50.0..5000.0f64),
+        early in prop::collection::vec(prop::option::of((0.0..1e4f64, prop::sample::select(vec![0.0, 1.0, 1e3, 1e6, f64::NAN, f64::INFINITY]))), 30),
     ) {
         let cost = model();
         let params = FloorParams {
@@ -180,7 +187,10 @@ proptest! {
                 device: device.map(|(avg_queue, iops)| DeviceSample { utilisation: 1.0, avg_queue, iops }),
                 tenants: &samples,
             };
-            caps = policy.decide(&snap);
+            caps = match early[step] {
+                Some((avg_queue, iops)) => policy.decide_early(&snap, &DeviceSample { utilisation: 1.0, avg_queue, iops }),
+                None => policy.decide(&snap),
+            };
             let after = policy.capacity_estimate().unwrap();
             prop_assert!(after.is_finite() && (0.05 - 1e-12..=max + 1e-12).contains(&after), "estimate {after}");
             if device.is_none() {

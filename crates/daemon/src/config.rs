@@ -1434,8 +1434,8 @@ weight = 200
         };
         assert_eq!(
             parse(GOOD).unwrap().watch_interval,
-            None,
-            "off unless given"
+            Some(Duration::from_micros(62_500)),
+            "an eighth of the interval unless given"
         );
         assert_eq!(parse(&watched("0s")).unwrap().watch_interval, None);
         assert_eq!(

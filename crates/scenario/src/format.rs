@@ -1325,7 +1325,7 @@ ramp = { every = "10s", max = 4 }
     }
 
     #[test]
-    fn watch_interval_is_off_unless_given_and_bad_values_name_the_line() {
+    fn watch_interval_is_an_eighth_unless_given_and_bad_values_name_the_line() {
         let with = |watch: &str| {
             BASE.replace(
                 "duration = \"60s\"\n",
@@ -1333,11 +1333,11 @@ ramp = { every = "10s", max = 4 }
             )
         };
         let s = Scenario::parse(BASE, "t.toml").unwrap();
-        assert_eq!(s.watch_interval, None);
+        assert_eq!(s.watch_interval, Some(Duration::from_millis(125)));
         let s = Scenario::parse(&with("watch_interval = \"0s\"\n"), "t.toml").unwrap();
         assert_eq!(s.watch_interval, None);
-        let s = Scenario::parse(&with("watch_interval = \"125ms\"\n"), "t.toml").unwrap();
-        assert_eq!(s.watch_interval, Some(Duration::from_millis(125)));
+        let s = Scenario::parse(&with("watch_interval = \"250ms\"\n"), "t.toml").unwrap();
+        assert_eq!(s.watch_interval, Some(Duration::from_millis(250)));
         for bad in ["\"1s\"", "\"1ms\""] {
             let e = err_of(&with(&format!("watch_interval = {bad}\n")));
             assert!(

@@ -246,17 +246,22 @@ fn floors_hold_when_the_device_is_not_what_the_model_says() {
 }
 
 /// Issue 10, bursts from idle: a look at the device between intervals
-/// (`watch_interval`, here an eighth of one) decides at once on an overload
-/// it sees, instead of leaving a tenant back from idle (`churn`) or another
-/// host's step (`stolen`) a whole interval on the device.
+/// (`watch_interval`, by default an eighth of one) decides at once on an
+/// overload it sees, instead of leaving a tenant back from idle (`churn`),
+/// another host's step (`stolen`) or a write cliff (`cliff`) a whole
+/// interval on the device.
 #[test]
 fn looks_between_intervals_answer_a_burst_before_the_interval_ends() {
-    for name in ["churn", "stolen"] {
-        let unwatched = Scenario::load(&scenario_path(name)).unwrap();
-        assert_eq!(unwatched.watch_interval, None, "{name}: off by default");
-        let watched = Scenario {
-            watch_interval: Some(unwatched.interval / 8),
-            ..unwatched.clone()
+    for name in ["churn", "stolen", "cliff"] {
+        let watched = Scenario::load(&scenario_path(name)).unwrap();
+        assert_eq!(
+            watched.watch_interval,
+            Some(watched.interval / 8),
+            "{name}: an eighth of the interval by default"
+        );
+        let unwatched = Scenario {
+            watch_interval: None,
+            ..watched.clone()
         };
         let floor_of = |sc: &Scenario| {
             let Ok(runs) = run_policies(&Simulator::new(2), sc, &[PolicyKind::Floor], &|_, _| {});

@@ -54,7 +54,7 @@ use super::{Feasibility, MixMemory, Policy, PolicyContext};
 use crate::capacity::{CapacityLoop, CapacitySettings, Observation, Verdict};
 use crate::error::ValidationError;
 use crate::hierarchy::{Claims, Tree};
-use crate::model::{Caps, Snapshot, TenantClass, Usage};
+use crate::model::{Caps, DeviceSample, Snapshot, TenantClass, Usage};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -208,8 +208,9 @@ pub struct FloorPolicy {
     /// What the device really does for us, in cost units per second.
     capacity: CapacityLoop,
     feasibility: Option<Feasibility>,
-    /// The decision being made is an early one (`Policy::decide_early`).
-    early: bool,
+    /// The device over the stretch that made this decision an early one
+    /// (`Policy::decide_early`); `None` at the end of an interval.
+    early: Option<DeviceSample>,
 }
 
 /// One tenant's figures for a decision, all in cost units per second.
@@ -243,7 +244,7 @@ impl FloorPolicy {
             feasibility: None,
             params,
             ctx,
-            early: false,
+            early: None,
         }
     }
 }
@@ -265,15 +266,15 @@ impl Policy for FloorPolicy {
         self.feasibility
     }
 
-    fn wants_early_decision(&self, device: &crate::model::DeviceSample) -> bool {
+    fn wants_early_decision(&self, device: &DeviceSample) -> bool {
         self.capacity
             .overloaded_in_part(device.mean_latency_us(), Some(device.avg_queue))
     }
 
-    fn decide_early(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
-        self.early = true;
+    fn decide_early(&mut self, snapshot: &Snapshot, seen: &DeviceSample) -> Vec<Caps> {
+        self.early = Some(*seen);
         let caps = self.decide(snapshot);
-        self.early = false;
+        self.early = None;
         caps
     }
 
@@ -661,12 +662,25 @@ impl FloorPolicy {
                     .is_some_and(|(l, best)| l > p.latency_factor * best)
         });
         let newcomer = active().any(|(i, _)| !priced.prev[i].active);
-        let capacity = match snapshot.device {
+        // Decided early, the interval's figures cover time before the
+        // overload the look saw: the device is judged over that stretch, and
+        // what was served is scaled by how fast the device completed I/O
+        // there against the whole interval, so a device that slowed down is
+        // measured as it is now, and one that was idle before a tenant's
+        // return (or a throttle's backlog let through at once, rig
+        // `on-off-rig`) is not taken for one that lost capacity.
+        let (device, served) = match (self.early, snapshot.device) {
+            (Some(seen), Some(dev)) if dev.iops > 0.0 && seen.iops.is_finite() => {
+                (Some(seen), total * seen.iops.max(0.0) / dev.iops)
+            }
+            (_, dev) => (dev, total),
+        };
+        let capacity = match device {
             Some(dev) => self.capacity.update(&Observation {
                 newcomer,
                 latency_us: dev.mean_latency_us(),
                 avg_queue: Some(dev.avg_queue),
-                served: total,
+                served,
                 held_by_device,
                 wants_more,
                 floor_short,
@@ -674,7 +688,7 @@ impl FloorPolicy {
                 contended: total >= p.border * self.capacity.estimate(),
                 interval: Some(snapshot.interval),
                 floors_need: priced.reserved.iter().sum::<f64>() / p.target_utilisation,
-                early: self.early,
+                early: self.early.is_some(),
             }),
             None => self.capacity.estimate(),
         };
@@ -1089,6 +1103,55 @@ mod tests {
         }
         assert_eq!(caps, Caps::NONE, "released fully once alone: {seen:?}");
         assert!(seen.len() >= 2, "released in steps, not at once: {seen:?}");
+    }
+
+    #[test]
+    fn an_early_decision_judges_the_stretch_the_look_saw() {
+        // Intervals of a busy device (1,000 IOPS of 64 KiB, a queue of 1)
+        // set the baseline; then a look sees a deep queue, and the interval
+        // so far shows the quiet tenant below its floor.
+        let device = |iops: f64, avg_queue: f64| DeviceSample {
+            utilisation: 1.0,
+            avg_queue,
+            iops,
+        };
+        let warmed_up = || {
+            let mut p = FloorPolicy::new(FloorParams::default(), ctx());
+            let tenants = vec![
+                tenant("noisy", Some(100.0), writes64k(650.0), Caps::NONE),
+                tenant("q", Some(300.0), writes64k(300.0), Caps::NONE),
+            ];
+            for s in 1..=5 {
+                let mut snapshot = snap(&tenants, s);
+                snapshot.device = Some(device(950.0, 1.0));
+                p.decide(&snapshot);
+            }
+            p
+        };
+        let overloaded = vec![
+            tenant("noisy", Some(100.0), writes64k(900.0), Caps::NONE),
+            tenant("q", Some(300.0), writes64k(50.0), Caps::NONE),
+        ];
+        let mut snapshot = snap(&overloaded, 6);
+        snapshot.interval = Duration::from_millis(500);
+        snapshot.device = Some(device(950.0, 10.0));
+        let estimate_after = |seen: DeviceSample| {
+            let mut p = warmed_up();
+            let before = p.capacity.estimate();
+            assert!(p.wants_early_decision(&seen), "{seen:?}");
+            p.decide_early(&snapshot, &seen);
+            p.capacity.estimate() / before
+        };
+        // The stretch ran at twice the interval's rate (the time before it
+        // was idle, or a throttle's backlog went through at once): what was
+        // served then is no sign of a device that lost capacity.
+        let burst = estimate_after(device(1_900.0, 20.0));
+        assert!(burst > 0.99, "{burst}");
+        // The stretch ran at half the interval's rate: the device slowed
+        // down, and is cut below what it serves now, not what it served
+        // before the look.
+        let slowed = estimate_after(device(475.0, 20.0));
+        assert!(slowed < 0.55, "{slowed}");
     }
 
     #[test]

@@ -49,8 +49,12 @@ pub trait Policy: Send {
 
     /// Decides before the interval ended, after `wants_early_decision`: the
     /// samples cover the time since the last decision, partly before what
-    /// the look saw.
-    fn decide_early(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
+    /// the look saw; `seen` is the device over the stretch the look judged.
+    fn decide_early(
+        &mut self,
+        snapshot: &Snapshot,
+        _seen: &crate::model::DeviceSample,
+    ) -> Vec<Caps> {
         self.decide(snapshot)
     }
 
