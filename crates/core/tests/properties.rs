@@ -2,7 +2,7 @@
 
 use iofloor_core::cost::{CostModel, CostParams};
 use iofloor_core::model::*;
-use iofloor_core::policy::{build, FloorParams, PolicyContext, PolicyKind, PolicyParams};
+use iofloor_core::policy::{build, FloorParams, Policy, PolicyContext, PolicyKind, PolicyParams};
 use iofloor_core::units::Rate;
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -72,6 +72,22 @@ fn mix(c: &TenantCase) -> Usage {
     }
 }
 
+/// A decision at the interval's end, or an early one on a look's stretch
+/// of `(avg_queue, iops)`.
+fn decide(policy: &mut dyn Policy, snap: &Snapshot, early: Option<(f64, f64)>) -> Vec<Caps> {
+    match early {
+        Some((avg_queue, iops)) => policy.decide_early(
+            snap,
+            &DeviceSample {
+                utilisation: 1.0,
+                avg_queue,
+                iops,
+            },
+        ),
+        None => policy.decide(snap),
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -127,10 +143,7 @@ proptest! {
             };
             // Some decisions are early ones, on a look's stretch of any
             // queue and rate.
-            caps = match early[step] {
-                Some((avg_queue, iops)) => policy.decide_early(&snap, &DeviceSample { utilisation: 1.0, avg_queue, iops }),
-                None => policy.decide(&snap),
-            };
+            caps = decide(policy.as_mut(), &snap, early[step]);
             prop_assert_eq!(caps.len(), cases.len());
             // Once the learned capacity is below the floors, entitlements
             // shrink alike (checked in the next property).
@@ -151,9 +164,10 @@ proptest! {
     }
 
     /// Device figures that are missing, zero, absurd or from counters that
-    /// went backwards (over an interval or a look's stretch) never move the learned capacity out of its bounds, and
-    /// an interval without them leaves it where it was: bad reads can neither
-    /// hand out more than the last estimate nor squeeze the tenants.
+    /// went backwards (over an interval or a look's stretch) never move the
+    /// learned capacity out of its bounds, and an interval without them
+    /// leaves it where it was: bad reads can neither hand out more than the
+    /// last estimate nor squeeze the tenants.
     #[test]
     fn learned_capacity_stays_bounded_on_any_device_path(
         cases in prop::collection::vec(tenant_case(30), 1..6),
@@ -187,10 +201,7 @@ proptest! {
                 device: device.map(|(avg_queue, iops)| DeviceSample { utilisation: 1.0, avg_queue, iops }),
                 tenants: &samples,
             };
-            caps = match early[step] {
-                Some((avg_queue, iops)) => policy.decide_early(&snap, &DeviceSample { utilisation: 1.0, avg_queue, iops }),
-                None => policy.decide(&snap),
-            };
+            caps = decide(policy.as_mut(), &snap, early[step]);
             let after = policy.capacity_estimate().unwrap();
             prop_assert!(after.is_finite() && (0.05 - 1e-12..=max + 1e-12).contains(&after), "estimate {after}");
             if device.is_none() {

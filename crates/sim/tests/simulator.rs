@@ -256,7 +256,7 @@ fn looks_between_intervals_answer_a_burst_before_the_interval_ends() {
         let watched = Scenario::load(&scenario_path(name)).unwrap();
         assert_eq!(
             watched.watch_interval,
-            Some(watched.interval / 8),
+            Some(watched.interval / iofloor_core::control::WATCH_PER_INTERVAL),
             "{name}: an eighth of the interval by default"
         );
         let unwatched = Scenario {

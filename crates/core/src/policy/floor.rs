@@ -208,9 +208,6 @@ pub struct FloorPolicy {
     /// What the device really does for us, in cost units per second.
     capacity: CapacityLoop,
     feasibility: Option<Feasibility>,
-    /// The device over the stretch that made this decision an early one
-    /// (`Policy::decide_early`); `None` at the end of an interval.
-    early: Option<DeviceSample>,
 }
 
 /// One tenant's figures for a decision, all in cost units per second.
@@ -244,7 +241,6 @@ impl FloorPolicy {
             feasibility: None,
             params,
             ctx,
-            early: None,
         }
     }
 }
@@ -272,15 +268,20 @@ impl Policy for FloorPolicy {
     }
 
     fn decide_early(&mut self, snapshot: &Snapshot, seen: &DeviceSample) -> Vec<Caps> {
-        self.early = Some(*seen);
-        let caps = self.decide(snapshot);
-        self.early = None;
-        caps
+        self.decide_on(snapshot, Some(seen))
     }
 
     fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
+        self.decide_on(snapshot, None)
+    }
+}
+
+impl FloorPolicy {
+    /// A decision; `early_seen` is the device over the stretch a look saw
+    /// when it is an early one (`Policy::decide_early`).
+    fn decide_on(&mut self, snapshot: &Snapshot, early_seen: Option<&DeviceSample>) -> Vec<Caps> {
         let priced = self.price(snapshot);
-        let device = self.judge_device(snapshot, &priced);
+        let device = self.judge_device(snapshot, &priced, early_seen);
         let tenants = self.estimate_demand(snapshot, &priced, &device);
         let shares = self.share(&priced, &tenants, &device);
         let caps = self.caps(&priced, &device, &tenants, &shares);
@@ -610,7 +611,12 @@ impl FloorPolicy {
 
     /// Step 2: learn the device's capacity (crate::capacity), decide
     /// whether it is contended (crate::judge) and whether the floors fit.
-    fn judge_device(&mut self, snapshot: &Snapshot, priced: &Pricing) -> DeviceVerdict {
+    fn judge_device(
+        &mut self,
+        snapshot: &Snapshot,
+        priced: &Pricing,
+        early_seen: Option<&DeviceSample>,
+    ) -> DeviceVerdict {
         let p = &self.params;
         let (usage, total) = (&priced.usage, priced.total);
         let active = || usage.iter().enumerate().filter(|(_, &u)| u > 0.0);
@@ -669,8 +675,8 @@ impl FloorPolicy {
         // measured as it is now, and one that was idle before a tenant's
         // return (or a throttle's backlog let through at once, rig
         // `on-off-rig`) is not taken for one that lost capacity.
-        let (device, served) = match (self.early, snapshot.device) {
-            (Some(seen), Some(dev)) if dev.iops > 0.0 && seen.iops.is_finite() => {
+        let (device, served) = match (early_seen, snapshot.device) {
+            (Some(&seen), Some(dev)) if dev.iops > 0.0 && seen.iops.is_finite() => {
                 (Some(seen), total * seen.iops.max(0.0) / dev.iops)
             }
             (_, dev) => (dev, total),
@@ -688,7 +694,7 @@ impl FloorPolicy {
                 contended: total >= p.border * self.capacity.estimate(),
                 interval: Some(snapshot.interval),
                 floors_need: priced.reserved.iter().sum::<f64>() / p.target_utilisation,
-                early: self.early.is_some(),
+                early: early_seen.is_some(),
             }),
             None => self.capacity.estimate(),
         };
