@@ -130,6 +130,46 @@ fn v1_blk_throttle_caps_and_counts_real_direct_io() {
     assert_eq!(io.caps(&cg.0).unwrap(), Caps::NONE);
 }
 
+/// A device just attached, no limit ever written for it, a cgroup with no
+/// cap: its I/O is still counted (blk-throttle starts on a queue only when
+/// a limit is first written, since Linux 6.9; the controller starts it with
+/// a limit of none), and the root lists no limit for the device after.
+#[test]
+fn v1_counts_io_on_a_fresh_device_without_any_cap() {
+    if !real_environment(&["fio", "losetup"]) {
+        return;
+    }
+    let lo = Loop::new();
+    let dev = DevId::of_block_device(&lo.dev).unwrap();
+    let cg = TestCgroup(PathBuf::from(format!(
+        "iofloor-test-fresh-{}",
+        std::process::id()
+    )));
+    cgroup::create(Path::new(BLKIO), &cg.0).unwrap();
+    let io = controller(Path::new(BLKIO), dev).unwrap();
+    assert_eq!(io.caps(&cg.0).unwrap(), Caps::NONE);
+    let tmp = tempfile::tempdir().unwrap();
+    let before = io.read(&cg.0).unwrap();
+    let out = run_fio_in(&cg.0, &job(&lo.dev, tmp.path(), "randread", 4096, 4, 1.0));
+    let after = io.read(&cg.0).unwrap();
+    let r = &out.jobs[0].read;
+    assert!(r.total_ios > 0);
+    let counted = after.read_ios - before.read_ios;
+    assert!(
+        (counted as f64 - r.total_ios as f64).abs() <= 0.05 * r.total_ios as f64 + 8.0,
+        "cgroup {counted} vs fio {}",
+        r.total_ios
+    );
+    let root_limits =
+        std::fs::read_to_string(Path::new(BLKIO).join("blkio.throttle.read_iops_device")).unwrap();
+    assert!(
+        !root_limits
+            .lines()
+            .any(|l| l.starts_with(&format!("{dev} "))),
+        "{root_limits}"
+    );
+}
+
 /// Caps, some absent, some fractional, some beyond what the kernel keeps.
 fn caps_strategy() -> impl proptest::strategy::Strategy<Value = Caps> {
     use proptest::prelude::*;
