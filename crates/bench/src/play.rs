@@ -9,6 +9,7 @@ use crate::session::{LogInfo, Session};
 use crate::{BenchError, BenchOptions, Result};
 use iofloor_core::control::Controller;
 use iofloor_core::cost::CostModel;
+use iofloor_core::model::Direction;
 use iofloor_core::policy::{self, PolicyContext, PolicyKind};
 use iofloor_core::units::Rate;
 use iofloor_core::Backend;
@@ -389,6 +390,8 @@ impl<'s> Play<'s> {
                     utilisation,
                     mean_latency_ms: None,
                     capacity: self.controller.as_ref().and_then(|c| c.capacity_estimate()),
+                    // Filled in from the unmanaged jobs' fio logs at the end.
+                    unmanaged: None,
                 };
                 *demand = demand_now(&running);
                 // Every window the span covers gets its mean rates, so
@@ -444,7 +447,9 @@ impl<'s> Play<'s> {
 }
 
 /// Latency from fio's per-I/O logs: per-window means for each tenant and the
-/// device, and each tenant's distribution after warm-up.
+/// device, and each tenant's distribution after warm-up. The unmanaged jobs'
+/// logs give what that load was served in each window (its I/Os counted at
+/// completion, priced with the policy's model like the tenants').
 fn latency_from_logs(
     scenario: &Scenario,
     mut windows: Vec<Window>,
@@ -458,9 +463,32 @@ fn latency_from_logs(
         scenario.warmup.as_secs_f64(),
         scenario.duration.as_secs_f64(),
     );
+    let mut unmanaged: Vec<Option<Throughput>> =
+        vec![(!scenario.unmanaged.is_empty()).then(Throughput::default); windows.len()];
     for log in logs {
-        // Unmanaged load is no tenant's: it shows only in what it does to them.
-        if log.tenant >= n || !log.path.exists() {
+        if !log.path.exists() {
+            continue;
+        }
+        // Unmanaged load is no tenant's: it shows in the device's work and
+        // in what it does to the tenants, never in their latency.
+        if log.tenant >= n {
+            let job = job_of(scenario, log.tenant, log.job);
+            for (ms, _, write) in fio::read_lat_log(&log.path)? {
+                let t = log.started.as_secs_f64() + ms as f64 / 1000.0;
+                let Some(Some(w)) = unmanaged.get_mut(t as usize) else {
+                    continue;
+                };
+                let dir = if write {
+                    Direction::Write
+                } else {
+                    Direction::Read
+                };
+                w.iops += 1.0;
+                w.bytes_per_s += job.bs as f64;
+                w.cost += scenario
+                    .policy_model
+                    .io_cost(dir, job.bs as f64, job.rw.sequential());
+            }
             continue;
         }
         for (ms, lat_ns, _) in fio::read_lat_log(&log.path)? {
@@ -483,6 +511,7 @@ fn latency_from_logs(
             tw.mean_latency_ms = mean_ms(win_lat[i][k]);
         }
         w.device.mean_latency_ms = mean_ms(dev_lat[k]);
+        w.device.unmanaged = unmanaged[k];
     }
     Ok((
         windows,

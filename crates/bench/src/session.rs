@@ -45,6 +45,7 @@ struct Stopping {
 pub(crate) struct LogInfo {
     pub path: PathBuf,
     pub tenant: usize,
+    pub job: usize,
     pub started: Duration,
 }
 
@@ -236,6 +237,7 @@ impl Session {
         self.finished.push(LogInfo {
             path: p.log,
             tenant: p.tenant,
+            job: p.job,
             started: p.started,
         });
     }

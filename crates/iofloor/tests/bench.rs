@@ -161,6 +161,77 @@ fn bench_on_the_rig_keeps_floors_and_follows_the_contract() {
     assert_nothing_left(&rig);
 }
 
+/// Another host's I/O on the rig (`stolen-rig`, a quarter of its length):
+/// it passes the rig's throttle group through a second loop device, never
+/// this host's counters, yet the bench records what it was served from its
+/// fio logs, and the device-wide work conservation counts it.
+#[test]
+fn bench_records_what_another_hosts_load_was_served() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment() {
+        return;
+    }
+    let rig = TestRig::up(4000);
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .args([
+            "bench",
+            "stolen-rig",
+            "--device",
+            &rig.device,
+            "--policy",
+            "floor",
+            "--time-scale",
+            "0.25",
+            "--alone-secs",
+            "3",
+            "--json",
+            "--rig-state-dir",
+        ])
+        .arg(rig.state.path())
+        .arg("--out")
+        .arg(out_dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bench: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+    let (none, floor) = (&v["policies"]["none"], &v["policies"]["floor"]);
+    let unmanaged = |p: &Value| p["unmanaged_cost"].as_f64().expect("unmanaged_cost");
+    eprintln!(
+        "other host served: none {:.3}, floor {:.3}; WC {:.3}, device {:.3}",
+        unmanaged(none),
+        unmanaged(floor),
+        floor["work_conservation"].as_f64().unwrap(),
+        floor["device_work_conservation"].as_f64().unwrap()
+    );
+    // The noisy tenant's 32 I/Os in flight starve the other host's QD1 jobs
+    // under `none`; held to its share, they get their rate back.
+    assert!(unmanaged(floor) > unmanaged(none));
+    assert!(floor["device_work_conservation"].as_f64().unwrap() > 0.0);
+    // Each window holds what the other host completed in it: never more
+    // than its jobs' rates allow (4 jobs of 400 IOPS at most), some of it
+    // once its jobs have started (5 s into the scaled run).
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(out_dir.path().join("runs/floor.json")).unwrap())
+            .unwrap();
+    let windows = record["windows"].as_array().unwrap();
+    let iops: Vec<f64> = windows
+        .iter()
+        .map(|w| {
+            w["device"]["unmanaged"]["iops"]
+                .as_f64()
+                .expect("unmanaged")
+        })
+        .collect();
+    assert!(iops.iter().all(|&i| i <= 1.1 * 1600.0), "{iops:?}");
+    assert!(iops[7..].iter().sum::<f64>() > 0.0, "{iops:?}");
+    assert_nothing_left(&rig);
+}
+
 #[test]
 fn bench_refuses_bad_input_with_exit_2_and_creates_nothing() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -99,6 +99,11 @@ pub struct PolicyMeasures {
     /// Work conservation over the contended windows only (docs/metrics.md),
     /// filled in by [`compare`]; `None` without a `none` run or such windows.
     pub work_conservation_contended: Option<f64>,
+    /// Work conservation of the whole device, counting what unmanaged load
+    /// was served beside the tenants (docs/metrics.md), filled in by
+    /// [`compare`] where the runs record unmanaged load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_work_conservation: Option<f64>,
     pub reaction_time_s: Option<f64>,
     /// Every load step's reaction time, in step order (the distribution
     /// behind `reaction_time_s`, which is its largest).
@@ -109,6 +114,9 @@ pub struct PolicyMeasures {
     pub aggregate_iops: f64,
     pub aggregate_bytes_per_s: f64,
     pub aggregate_cost: f64,
+    /// Mean cost rate served to unmanaged load, where the run records it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmanaged_cost: Option<f64>,
     pub decision_time_us_max: f64,
     pub windows_counted: usize,
     pub tenants: Vec<TenantMeasures>,
@@ -218,6 +226,10 @@ pub fn measure(run: &RunRecord) -> PolicyMeasures {
     let aggregate_iops = mean(&|w| w.tenants.iter().map(|t| t.got.iops).sum());
     let aggregate_bytes_per_s = mean(&|w| w.tenants.iter().map(|t| t.got.bytes_per_s).sum());
     let aggregate_cost = mean(&|w| w.tenants.iter().map(|t| t.got.cost).sum());
+    let unmanaged_cost = counted
+        .iter()
+        .any(|w| w.device.unmanaged.is_some())
+        .then(|| mean(&|w| w.device.unmanaged.map_or(0.0, |u| u.cost)));
 
     let (reaction_times_s, unrecovered_steps) = reaction(run);
     let reaction_time_s = reaction_times_s.iter().copied().reduce(f64::max);
@@ -237,6 +249,7 @@ pub fn measure(run: &RunRecord) -> PolicyMeasures {
         floor_miss_rate,
         work_conservation: None,
         work_conservation_contended: None,
+        device_work_conservation: None,
         reaction_time_s,
         reaction_times_s,
         unrecovered_steps,
@@ -244,6 +257,7 @@ pub fn measure(run: &RunRecord) -> PolicyMeasures {
         aggregate_iops,
         aggregate_bytes_per_s,
         aggregate_cost,
+        unmanaged_cost,
         decision_time_us_max: run.decision_time_us_max,
         windows_counted: counted.len(),
         tenants,
@@ -350,6 +364,18 @@ pub fn compare(runs: &[RunRecord]) -> Vec<(String, PolicyMeasures)> {
     if let Some(none_cost) = reference.filter(|c| *c > 0.0) {
         for (_, m) in &mut out {
             m.work_conservation = Some(m.aggregate_cost / none_cost);
+        }
+    }
+    // Capacity a policy takes from a noisy tenant and another host's I/O
+    // then uses is not left idle: the device-wide figure counts it.
+    let device_work = |m: &PolicyMeasures| m.unmanaged_cost.map(|u| m.aggregate_cost + u);
+    let device_reference = out
+        .iter()
+        .find(|(p, _)| p == "none")
+        .and_then(|(_, m)| device_work(m));
+    if let Some(none_work) = device_reference.filter(|c| *c > 0.0) {
+        for (_, m) in &mut out {
+            m.device_work_conservation = device_work(m).map(|w| w / none_work);
         }
     }
     if let Some(none) = runs.iter().find(|r| r.policy == "none") {
@@ -523,5 +549,30 @@ mod tests {
         let out = compare(&[a, b]);
         assert_eq!(out[0].1.work_conservation, Some(1.0));
         assert!((out[1].1.work_conservation.unwrap() - 0.8).abs() < 1e-12);
+        assert_eq!(out[1].1.device_work_conservation, None);
+    }
+
+    #[test]
+    fn device_work_conservation_counts_what_unmanaged_load_was_served() {
+        let with_unmanaged = |mut r: RunRecord, cost: f64| {
+            for w in &mut r.windows {
+                w.device.unmanaged = Some(Throughput {
+                    cost,
+                    ..Default::default()
+                });
+            }
+            r
+        };
+        // `none` serves the tenant 0.1 and starves another host's load to
+        // 0.02; the policy serves the tenant 0.08 and that load its 0.04.
+        let mut a = with_unmanaged(run(&[(100.0, 200.0), (100.0, 200.0)], vec![]), 0.02);
+        a.policy = "none".into();
+        let b = with_unmanaged(run(&[(80.0, 200.0), (80.0, 200.0)], vec![]), 0.04);
+        let out = compare(&[a, b]);
+        let m = &out[1].1;
+        assert!((m.work_conservation.unwrap() - 0.8).abs() < 1e-12);
+        assert!((m.unmanaged_cost.unwrap() - 0.04).abs() < 1e-12);
+        assert!((m.device_work_conservation.unwrap() - 0.12 / 0.12).abs() < 1e-12);
+        assert_eq!(out[0].1.device_work_conservation, Some(1.0));
     }
 }

@@ -79,6 +79,12 @@ pub struct DeviceWindow {
     /// units per second (1.0 = the model's), where it learns one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<f64>,
+    /// What load outside every managed tenant was served in the window
+    /// (another host's I/O on the same storage, I/O outside any cgroup),
+    /// where the runner can see it: the simulator always, `iofloor bench`
+    /// from the unmanaged fio jobs' logs. `None` where there is no such load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmanaged: Option<Throughput>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

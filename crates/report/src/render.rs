@@ -78,6 +78,8 @@ pub fn summary_json(scenario: &str, compared: &[(String, PolicyMeasures)]) -> Va
                 "floor_miss_rate": num(m.floor_miss_rate),
                 "work_conservation": m.work_conservation.map(num),
                 "work_conservation_contended": m.work_conservation_contended.map(num),
+                "device_work_conservation": m.device_work_conservation.map(num),
+                "unmanaged_cost": m.unmanaged_cost.map(num),
                 "reaction_time_s": m.reaction_time_s.map(num),
                 "reaction_times_s": m.reaction_times_s.iter().copied().map(num).collect::<Vec<_>>(),
                 "unrecovered_steps": m.unrecovered_steps,
@@ -144,7 +146,12 @@ pub fn comparison_table(compared: &[(String, PolicyMeasures)]) -> String {
             s,
             "| {name} | {} | {} | {} | {} / {}{} | {} | {:.0} | {:.2} | {:.1} |",
             fmt_pct(m.floor_miss_rate),
-            fmt_opt(m.work_conservation, 3),
+            match m.device_work_conservation {
+                // With unmanaged load, the device-wide figure beside the
+                // tenants' own (docs/metrics.md).
+                Some(d) => format!("{} (device {d:.3})", fmt_opt(m.work_conservation, 3)),
+                None => fmt_opt(m.work_conservation, 3),
+            },
             fmt_opt(m.work_conservation_contended, 3),
             fmt_opt(m.reaction_time_s, 1),
             fmt_opt(median(&m.reaction_times_s), 1),

@@ -238,7 +238,8 @@ struct TenantRt {
     counters: Counters,
     acc: WindowAcc,
     latency: LatencyRecorder,
-    /// Unmanaged load: no policy sees or throttles it, no window reports it.
+    /// Unmanaged load: no policy sees or throttles it; windows report it
+    /// only as the device's unmanaged work.
     managed: bool,
     /// Unmanaged load from another host (absent from the device's counters).
     hidden: bool,
@@ -798,6 +799,19 @@ impl<'s> Engine<'s> {
                 }
             })
             .collect();
+        let unmanaged = self
+            .tenants
+            .iter_mut()
+            .filter(|t| !t.managed)
+            .map(|t| std::mem::take(&mut t.acc))
+            .fold(None, |sum: Option<Throughput>, acc| {
+                let s = sum.unwrap_or_default();
+                Some(Throughput {
+                    iops: s.iops + acc.ios as f64 / w,
+                    bytes_per_s: s.bytes_per_s + acc.bytes as f64 / w,
+                    cost: s.cost + acc.cost / w,
+                })
+            });
         let area = self.dev.queue_area - self.dev.win_area;
         let busy = self.dev.busy_ns - self.dev.win_busy;
         let device = DeviceWindow {
@@ -806,6 +820,7 @@ impl<'s> Engine<'s> {
             mean_latency_ms: (self.dev.win_ios > 0)
                 .then(|| self.dev.win_latency_ns as f64 / self.dev.win_ios as f64 / 1e6),
             capacity: self.capacity_estimate,
+            unmanaged,
         };
         self.dev.win_area = self.dev.queue_area;
         self.dev.win_busy = self.dev.busy_ns;
