@@ -74,6 +74,22 @@ fn scenario_file(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> Pat
     p
 }
 
+/// Runs `iofloor bench ARGS --json` to success and returns its summary.
+fn bench_json(args: &[&std::ffi::OsStr]) -> Value {
+    let out = Command::new(bin())
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bench: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
+}
+
 #[test]
 fn bench_on_the_rig_keeps_floors_and_follows_the_contract() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -83,30 +99,19 @@ fn bench_on_the_rig_keeps_floors_and_follows_the_contract() {
     let rig = TestRig::up(640);
     let out_dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let out = Command::new(bin())
-        .args([
-            "bench",
-            "noisy-4",
-            "--device",
-            &rig.device,
-            "--policy",
-            "floor",
-            "--time-scale",
-            "0.1",
-            "--alone-secs",
-            "4",
-            "--json",
-            "--out",
-        ])
-        .arg(out_dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "bench: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+    let v = bench_json(&[
+        "noisy-4".as_ref(),
+        "--device".as_ref(),
+        rig.device.as_ref(),
+        "--policy".as_ref(),
+        "floor".as_ref(),
+        "--time-scale".as_ref(),
+        "0.1".as_ref(),
+        "--alone-secs".as_ref(),
+        "4".as_ref(),
+        "--out".as_ref(),
+        out_dir.path().as_os_str(),
+    ]);
     assert_eq!(v["scenario"], "noisy-4");
     let none = &v["policies"]["none"];
     let floor = &v["policies"]["floor"];
@@ -173,32 +178,21 @@ fn bench_records_what_another_hosts_load_was_served() {
     }
     let rig = TestRig::up(4000);
     let out_dir = tempfile::tempdir().unwrap();
-    let out = Command::new(bin())
-        .args([
-            "bench",
-            "stolen-rig",
-            "--device",
-            &rig.device,
-            "--policy",
-            "floor",
-            "--time-scale",
-            "0.25",
-            "--alone-secs",
-            "3",
-            "--json",
-            "--rig-state-dir",
-        ])
-        .arg(rig.state.path())
-        .arg("--out")
-        .arg(out_dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "bench: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+    let v = bench_json(&[
+        "stolen-rig".as_ref(),
+        "--device".as_ref(),
+        rig.device.as_ref(),
+        "--policy".as_ref(),
+        "floor".as_ref(),
+        "--time-scale".as_ref(),
+        "0.25".as_ref(),
+        "--alone-secs".as_ref(),
+        "3".as_ref(),
+        "--rig-state-dir".as_ref(),
+        rig.state.path().as_os_str(),
+        "--out".as_ref(),
+        out_dir.path().as_os_str(),
+    ]);
     let (none, floor) = (&v["policies"]["none"], &v["policies"]["floor"]);
     let unmanaged = |p: &Value| p["unmanaged_cost"].as_f64().expect("unmanaged_cost");
     eprintln!(
@@ -631,32 +625,21 @@ fn hybrid_real_vm_through_qemu_container_keeps_its_fast_path() {
     }
     let rig = TestRig::up(2000);
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(bin())
-        .args([
-            "bench",
-            "hybrid-real",
-            "--device",
-            &rig.device,
-            "--vm-path",
-            "qemu",
-            "--policy",
-            "floor",
-            "--time-scale",
-            "0.4",
-            "--alone-secs",
-            "32",
-            "--json",
-            "--out",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "bench: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = bench_json(&[
+        "hybrid-real".as_ref(),
+        "--device".as_ref(),
+        rig.device.as_ref(),
+        "--vm-path".as_ref(),
+        "qemu".as_ref(),
+        "--policy".as_ref(),
+        "floor".as_ref(),
+        "--time-scale".as_ref(),
+        "0.4".as_ref(),
+        "--alone-secs".as_ref(),
+        "32".as_ref(),
+        "--out".as_ref(),
+        dir.path().as_os_str(),
+    ]);
     let wc = v["policies"]["floor"]["work_conservation"]
         .as_f64()
         .unwrap();
