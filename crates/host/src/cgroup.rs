@@ -148,7 +148,8 @@ pub fn controller(root: &Path, dev: DevId) -> Result<Box<dyn IoController>> {
 
 /// Turns on blk-throttle for the device's queue, so that its counters
 /// (`blkio.throttle.io_serviced`, `io_service_bytes`) count every cgroup's
-/// I/O from now on. Since Linux 6.9 blk-throttle starts on a queue only
+/// I/O from now on. Since Linux 6.10 (commit a3166c51702b, "blk-throttle: delay
+/// initialization until configuration") blk-throttle starts on a queue only
 /// when a limit is first written for it: before that the counters of a
 /// fresh device (a loop device just attached) read zero, and a policy
 /// watching them sees idle tenants on a saturated device (measured on

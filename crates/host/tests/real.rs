@@ -132,7 +132,7 @@ fn v1_blk_throttle_caps_and_counts_real_direct_io() {
 
 /// A device just attached, no limit ever written for it, a cgroup with no
 /// cap: its I/O is still counted (blk-throttle starts on a queue only when
-/// a limit is first written, since Linux 6.9; the controller starts it with
+/// a limit is first written, since Linux 6.10; the controller starts it with
 /// a limit of none), and the root lists no limit for the device after.
 #[test]
 fn v1_counts_io_on_a_fresh_device_without_any_cap() {
