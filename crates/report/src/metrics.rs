@@ -564,15 +564,15 @@ mod tests {
             r
         };
         // `none` serves the tenant 0.1 and starves another host's load to
-        // 0.02; the policy serves the tenant 0.08 and that load its 0.04.
+        // 0.02; the policy serves the tenant 0.08 and that load 0.03.
         let mut a = with_unmanaged(run(&[(100.0, 200.0), (100.0, 200.0)], vec![]), 0.02);
         a.policy = "none".into();
-        let b = with_unmanaged(run(&[(80.0, 200.0), (80.0, 200.0)], vec![]), 0.04);
+        let b = with_unmanaged(run(&[(80.0, 200.0), (80.0, 200.0)], vec![]), 0.03);
         let out = compare(&[a, b]);
         let m = &out[1].1;
         assert!((m.work_conservation.unwrap() - 0.8).abs() < 1e-12);
-        assert!((m.unmanaged_cost.unwrap() - 0.04).abs() < 1e-12);
-        assert!((m.device_work_conservation.unwrap() - 0.12 / 0.12).abs() < 1e-12);
+        assert!((m.unmanaged_cost.unwrap() - 0.03).abs() < 1e-12);
+        assert!((m.device_work_conservation.unwrap() - 0.11 / 0.12).abs() < 1e-12);
         assert_eq!(out[0].1.device_work_conservation, Some(1.0));
     }
 }
