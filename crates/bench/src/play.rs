@@ -473,21 +473,20 @@ fn latency_from_logs(
         // in what it does to the tenants, never in their latency.
         if log.tenant >= n {
             let job = job_of(scenario, log.tenant, log.job);
+            let cost = |dir| {
+                scenario
+                    .policy_model
+                    .io_cost(dir, job.bs as f64, job.rw.sequential())
+            };
+            let (read_cost, write_cost) = (cost(Direction::Read), cost(Direction::Write));
             for (ms, _, write) in fio::read_lat_log(&log.path)? {
                 let t = log.started.as_secs_f64() + ms as f64 / 1000.0;
                 let Some(Some(w)) = unmanaged.get_mut(t as usize) else {
                     continue;
                 };
-                let dir = if write {
-                    Direction::Write
-                } else {
-                    Direction::Read
-                };
                 w.iops += 1.0;
                 w.bytes_per_s += job.bs as f64;
-                w.cost += scenario
-                    .policy_model
-                    .io_cost(dir, job.bs as f64, job.rw.sequential());
+                w.cost += if write { write_cost } else { read_cost };
             }
             continue;
         }

@@ -75,7 +75,7 @@ fn scenario_file(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> Pat
 }
 
 /// Runs `iofloor bench ARGS --json` to success and returns its summary.
-fn bench_json(args: &[&std::ffi::OsStr]) -> Value {
+fn bench_json(args: &[&str]) -> Value {
     let out = Command::new(bin())
         .arg("bench")
         .args(args)
@@ -100,17 +100,17 @@ fn bench_on_the_rig_keeps_floors_and_follows_the_contract() {
     let out_dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
     let v = bench_json(&[
-        "noisy-4".as_ref(),
-        "--device".as_ref(),
-        rig.device.as_ref(),
-        "--policy".as_ref(),
-        "floor".as_ref(),
-        "--time-scale".as_ref(),
-        "0.1".as_ref(),
-        "--alone-secs".as_ref(),
-        "4".as_ref(),
-        "--out".as_ref(),
-        out_dir.path().as_os_str(),
+        "noisy-4",
+        "--device",
+        &rig.device,
+        "--policy",
+        "floor",
+        "--time-scale",
+        "0.1",
+        "--alone-secs",
+        "4",
+        "--out",
+        out_dir.path().to_str().unwrap(),
     ]);
     assert_eq!(v["scenario"], "noisy-4");
     let none = &v["policies"]["none"];
@@ -179,19 +179,19 @@ fn bench_records_what_another_hosts_load_was_served() {
     let rig = TestRig::up(4000);
     let out_dir = tempfile::tempdir().unwrap();
     let v = bench_json(&[
-        "stolen-rig".as_ref(),
-        "--device".as_ref(),
-        rig.device.as_ref(),
-        "--policy".as_ref(),
-        "floor".as_ref(),
-        "--time-scale".as_ref(),
-        "0.25".as_ref(),
-        "--alone-secs".as_ref(),
-        "3".as_ref(),
-        "--rig-state-dir".as_ref(),
-        rig.state.path().as_os_str(),
-        "--out".as_ref(),
-        out_dir.path().as_os_str(),
+        "stolen-rig",
+        "--device",
+        &rig.device,
+        "--policy",
+        "floor",
+        "--time-scale",
+        "0.25",
+        "--alone-secs",
+        "3",
+        "--rig-state-dir",
+        rig.state.path().to_str().unwrap(),
+        "--out",
+        out_dir.path().to_str().unwrap(),
     ]);
     let (none, floor) = (&v["policies"]["none"], &v["policies"]["floor"]);
     let unmanaged = |p: &Value| p["unmanaged_cost"].as_f64().expect("unmanaged_cost");
@@ -626,19 +626,19 @@ fn hybrid_real_vm_through_qemu_container_keeps_its_fast_path() {
     let rig = TestRig::up(2000);
     let dir = tempfile::tempdir().unwrap();
     let v = bench_json(&[
-        "hybrid-real".as_ref(),
-        "--device".as_ref(),
-        rig.device.as_ref(),
-        "--vm-path".as_ref(),
-        "qemu".as_ref(),
-        "--policy".as_ref(),
-        "floor".as_ref(),
-        "--time-scale".as_ref(),
-        "0.4".as_ref(),
-        "--alone-secs".as_ref(),
-        "32".as_ref(),
-        "--out".as_ref(),
-        dir.path().as_os_str(),
+        "hybrid-real",
+        "--device",
+        &rig.device,
+        "--vm-path",
+        "qemu",
+        "--policy",
+        "floor",
+        "--time-scale",
+        "0.4",
+        "--alone-secs",
+        "32",
+        "--out",
+        dir.path().to_str().unwrap(),
     ]);
     let wc = v["policies"]["floor"]["work_conservation"]
         .as_f64()

@@ -231,6 +231,17 @@ struct WindowAcc {
     latency_ns: u64,
 }
 
+impl WindowAcc {
+    /// What was served over a window of `secs` seconds, as rates.
+    fn rates(&self, secs: f64) -> Throughput {
+        Throughput {
+            iops: self.ios as f64 / secs,
+            bytes_per_s: self.bytes as f64 / secs,
+            cost: self.cost / secs,
+        }
+    }
+}
+
 struct TenantRt {
     spec: Arc<TenantSpec>,
     throttle: [Throttle; 2],
@@ -787,11 +798,7 @@ impl<'s> Engine<'s> {
             .map(|t| {
                 let acc = std::mem::take(&mut t.acc);
                 TenantWindow {
-                    got: Throughput {
-                        iops: acc.ios as f64 / w,
-                        bytes_per_s: acc.bytes as f64 / w,
-                        cost: acc.cost / w,
-                    },
+                    got: acc.rates(w),
                     demand: None,
                     mean_latency_ms: (acc.ios > 0)
                         .then(|| acc.latency_ns as f64 / acc.ios as f64 / 1e6),
@@ -804,14 +811,13 @@ impl<'s> Engine<'s> {
             .iter_mut()
             .filter(|t| !t.managed)
             .map(|t| std::mem::take(&mut t.acc))
-            .fold(None, |sum: Option<Throughput>, acc| {
-                let s = sum.unwrap_or_default();
-                Some(Throughput {
-                    iops: s.iops + acc.ios as f64 / w,
-                    bytes_per_s: s.bytes_per_s + acc.bytes as f64 / w,
-                    cost: s.cost + acc.cost / w,
-                })
-            });
+            .reduce(|a, b| WindowAcc {
+                ios: a.ios + b.ios,
+                bytes: a.bytes + b.bytes,
+                cost: a.cost + b.cost,
+                latency_ns: a.latency_ns + b.latency_ns,
+            })
+            .map(|acc| acc.rates(w));
         let area = self.dev.queue_area - self.dev.win_area;
         let busy = self.dev.busy_ns - self.dev.win_busy;
         let device = DeviceWindow {
