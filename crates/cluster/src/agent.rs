@@ -229,6 +229,9 @@ pub struct AgentPolicy {
     rule: AgentRule,
     mailbox: Arc<Mutex<Mailbox>>,
     seq: u64,
+    /// The last decision's tenants and interval: an allocation that arrives
+    /// between decisions is applied to them (`decide_on_news`).
+    last: Option<(Vec<TenantSample>, Duration)>,
 }
 
 impl AgentPolicy {
@@ -244,7 +247,17 @@ impl AgentPolicy {
             rule,
             mailbox,
             seq: 0,
+            last: None,
         }
+    }
+
+    /// The rule's caps, with how they were chosen noted for the view.
+    fn decide_and_note(&mut self, snapshot: &Snapshot, hosts_seen: usize) -> Vec<Caps> {
+        let caps = self.rule.decide(snapshot, hosts_seen);
+        let mut m = self.mailbox.lock().unwrap_or_else(|e| e.into_inner());
+        m.mode = Some(self.rule.mode());
+        m.allocation_age = self.rule.current(snapshot.now).map(|(_, age)| age);
+        caps
     }
 }
 
@@ -272,11 +285,30 @@ impl Policy for AgentPolicy {
         if let Some(a) = incoming {
             self.rule.receive(a, snapshot.now);
         }
-        let caps = self.rule.decide(snapshot, hosts_seen);
-        let mut m = self.mailbox.lock().unwrap_or_else(|e| e.into_inner());
-        m.mode = Some(self.rule.mode());
-        m.allocation_age = self.rule.current(snapshot.now).map(|(_, age)| age);
-        caps
+        self.last = Some((snapshot.tenants.to_vec(), snapshot.interval));
+        self.decide_and_note(snapshot, hosts_seen)
+    }
+
+    fn decide_on_news(&mut self, now: Duration) -> Option<Vec<Caps>> {
+        let (incoming, hosts_seen) = {
+            let mut m = self.mailbox.lock().unwrap_or_else(|e| e.into_inner());
+            (m.incoming.take(), m.hosts_seen)
+        };
+        let allocation = incoming?;
+        self.rule.receive(allocation, now);
+        let Some((tenants, interval)) = self.last.take() else {
+            // Nothing decided yet: the first interval applies it.
+            return None;
+        };
+        let snapshot = Snapshot {
+            now,
+            interval,
+            device: None,
+            tenants: &tenants,
+        };
+        let caps = self.decide_and_note(&snapshot, hosts_seen);
+        self.last = Some((tenants, interval));
+        Some(caps)
     }
 
     fn capacity_estimate(&self) -> Option<f64> {
@@ -359,6 +391,76 @@ mod tests {
         assert!((db - 1400.0).abs() < 1.0, "{db}");
         let new = caps[1].read_iops.unwrap();
         assert!((new - 400.0).abs() < 1.0, "{new}");
+    }
+
+    /// Counters that grow by 800 reads per call, and the caps written, by
+    /// tenant.
+    #[derive(Default)]
+    struct Recording {
+        reads: u64,
+        written: Vec<(String, Caps)>,
+    }
+
+    impl iofloor_core::Backend for Recording {
+        type Error = String;
+        fn read_counters(&mut self, _: &TenantSpec) -> Result<iofloor_core::Counters, String> {
+            self.reads += 800;
+            Ok(iofloor_core::Counters {
+                read_ios: self.reads,
+                read_bytes: self.reads * 4096,
+                ..Default::default()
+            })
+        }
+        fn read_device(&mut self) -> Option<iofloor_core::DeviceCounters> {
+            None
+        }
+        fn apply_caps(&mut self, tenant: &TenantSpec, caps: &Caps) -> Result<(), String> {
+            self.written.push((tenant.name.clone(), *caps));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_allocation_is_applied_when_it_arrives_not_at_the_next_interval() {
+        let mailbox = Arc::new(Mutex::new(Mailbox::default()));
+        let rule = AgentRule::new(cost(), Duration::from_secs(3));
+        let policy = AgentPolicy::new("h1", "shared", rule, mailbox.clone());
+        let mut spec = TenantSpec::new("db", TenantClass::Container);
+        spec.floor = Some(Rate::Iops(1000.0));
+        let mut controller = iofloor_core::Controller::new(Box::new(policy), vec![Arc::new(spec)]);
+        let mut backend = Recording::default();
+        let second = Duration::from_secs;
+
+        // Nothing decided yet: an allocation waits for the first interval.
+        mailbox.lock().unwrap().incoming = Some(allocation(1, 1, 1500.0));
+        assert!(controller.apply_news(second(0), &mut backend).is_none());
+        controller.tick(second(1), &mut backend);
+        controller.tick(second(2), &mut backend);
+        assert_eq!(backend.written.last().unwrap().1.read_iops, Some(1500.0));
+
+        // Between intervals: nothing new, nothing written.
+        let writes = backend.written.len();
+        assert!(controller.apply_news(second(2), &mut backend).is_none());
+        assert_eq!(backend.written.len(), writes);
+
+        // A new allocation is written as soon as it is seen, without a
+        // counter read and without a report of its own.
+        let reads = backend.reads;
+        mailbox.lock().unwrap().incoming = Some(allocation(1, 2, 1200.0));
+        let news = controller.apply_news(second(2), &mut backend).unwrap();
+        assert_eq!(news.applied[0].0, "db");
+        assert_eq!(news.applied[0].1.read_iops, Some(1200.0));
+        assert_eq!(backend.written.last().unwrap().1.read_iops, Some(1200.0));
+        assert_eq!(backend.reads, reads);
+        assert_eq!(mailbox.lock().unwrap().outgoing.as_ref().unwrap().seq, 2);
+        assert_eq!(mailbox.lock().unwrap().mode, Some(Mode::Allocated));
+
+        // A deposed allocator's late write changes nothing.
+        let writes = backend.written.len();
+        mailbox.lock().unwrap().incoming = Some(allocation(0, 9, 4000.0));
+        let news = controller.apply_news(second(2), &mut backend).unwrap();
+        assert_eq!(news.applied[0].1.read_iops, Some(1200.0));
+        assert_eq!(backend.written.len(), writes);
     }
 
     #[test]

@@ -159,6 +159,16 @@ pub struct TickReport {
     pub counter_resets: Vec<String>,
 }
 
+/// What applying news between intervals did ([`Controller::apply_news`]).
+#[derive(Debug, Clone)]
+pub struct NewsReport {
+    /// Each tenant's caps in force after it.
+    pub applied: Vec<(String, Caps)>,
+    pub decision_time: Duration,
+    /// Tenants whose caps could not be written, with the message.
+    pub errors: Vec<(String, String)>,
+}
+
 struct Tracked {
     spec: Arc<TenantSpec>,
     last: Option<Counters>,
@@ -175,6 +185,9 @@ pub struct Controller {
     last_look: Option<(Duration, DeviceCounters)>,
     /// The stretch a look judged worth an early decision, for that decision.
     early_seen: Option<DeviceSample>,
+    /// A tenant came or went since the last decision: the policy's caps on
+    /// news would be for the tenants it saw then, so news waits for a tick.
+    roster_changed: bool,
 }
 
 impl Controller {
@@ -193,6 +206,7 @@ impl Controller {
             last_device: None,
             last_look: None,
             early_seen: None,
+            roster_changed: false,
         }
     }
 
@@ -204,6 +218,7 @@ impl Controller {
     /// only sets the counters' baseline). A tenant of the same name is replaced.
     pub fn add_tenant(&mut self, spec: Arc<TenantSpec>) {
         self.remove_tenant(&spec.name);
+        self.roster_changed = true;
         self.tenants.push(Tracked {
             spec,
             last: None,
@@ -214,6 +229,7 @@ impl Controller {
     /// Stops controlling a tenant; returns the caps it last had applied.
     pub fn remove_tenant(&mut self, name: &str) -> Option<Caps> {
         let i = self.tenants.iter().position(|t| t.spec.name == name)?;
+        self.roster_changed = true;
         Some(self.tenants.remove(i).caps)
     }
 
@@ -264,6 +280,54 @@ impl Controller {
         self.early_seen.is_some()
     }
 
+    /// Applies the caps the policy decides on news between intervals
+    /// ([`Policy::decide_on_news`]: a cluster allocation that arrived),
+    /// without reading counters. Applied at the next interval's end
+    /// instead, an allocation took effect a whole interval after the report
+    /// it answers, and a tenant's floor was missed for that interval at
+    /// every step (simulator, `noisy-20-cluster`). `None` without news, and
+    /// when a tenant came or went since the last tick (the news waits for it).
+    pub fn apply_news<B: Backend>(&mut self, now: Duration, backend: &mut B) -> Option<NewsReport> {
+        if self.roster_changed {
+            return None;
+        }
+        let started = Instant::now();
+        let caps = self.policy.decide_on_news(now)?;
+        let decision_time = started.elapsed();
+        let mut errors = Vec::new();
+        let applied = self.apply(&caps, backend, &mut errors);
+        let applied = self
+            .tenants
+            .iter()
+            .map(|t| t.spec.name.clone())
+            .zip(applied)
+            .collect();
+        Some(NewsReport {
+            applied,
+            decision_time,
+            errors,
+        })
+    }
+
+    /// Writes the caps that changed; returns the caps in force after it.
+    fn apply<B: Backend>(
+        &mut self,
+        caps: &[Caps],
+        backend: &mut B,
+        errors: &mut Vec<(String, String)>,
+    ) -> Vec<Caps> {
+        for (t, new) in self.tenants.iter_mut().zip(caps) {
+            let new = new.rounded();
+            if new != t.caps {
+                match backend.apply_caps(&t.spec, &new) {
+                    Ok(()) => t.caps = new,
+                    Err(e) => errors.push((t.spec.name.clone(), e.to_string())),
+                }
+            }
+        }
+        self.tenants.iter().map(|t| t.caps).collect()
+    }
+
     /// Reads counters, decides, applies the caps that changed. `now` is the
     /// caller's clock.
     pub fn tick<B: Backend>(&mut self, now: Duration, backend: &mut B) -> TickReport {
@@ -285,6 +349,7 @@ impl Controller {
     ) -> TickReport {
         let dt = self.last_time.map(|t| now.saturating_sub(t));
         self.last_time = Some(now);
+        self.roster_changed = false;
         let mut errors = Vec::new();
         let mut counter_resets = Vec::new();
         let mut samples = Vec::with_capacity(self.tenants.len());
@@ -339,17 +404,7 @@ impl Controller {
             self.policy.decide(&snapshot)
         };
         let decision_time = started.elapsed();
-
-        for (t, new) in self.tenants.iter_mut().zip(&caps) {
-            let new = new.rounded();
-            if new != t.caps {
-                match backend.apply_caps(&t.spec, &new) {
-                    Ok(()) => t.caps = new,
-                    Err(e) => errors.push((t.spec.name.clone(), e.to_string())),
-                }
-            }
-        }
-        let applied = self.tenants.iter().map(|t| t.caps).collect();
+        let applied = self.apply(&caps, backend, &mut errors);
         TickReport {
             now,
             samples,
@@ -366,6 +421,91 @@ impl Controller {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Caps of 300 IOPS for every tenant it last saw, once `news` is set.
+    struct OnNews {
+        news: Arc<std::sync::atomic::AtomicBool>,
+        seen: usize,
+    }
+
+    impl Policy for OnNews {
+        fn name(&self) -> &'static str {
+            "on-news"
+        }
+        fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
+            self.seen = snapshot.tenants.len();
+            vec![Caps::NONE; self.seen]
+        }
+        fn decide_on_news(&mut self, _now: Duration) -> Option<Vec<Caps>> {
+            let news = self.news.swap(false, std::sync::atomic::Ordering::SeqCst);
+            news.then(|| {
+                let caps = Caps {
+                    read_iops: Some(300.0),
+                    ..Caps::NONE
+                };
+                vec![caps; self.seen]
+            })
+        }
+    }
+
+    #[derive(Default)]
+    struct Writes(Vec<(String, Caps)>);
+
+    impl Backend for Writes {
+        type Error = String;
+        fn read_counters(&mut self, _: &TenantSpec) -> Result<Counters, String> {
+            Ok(Counters::default())
+        }
+        fn read_device(&mut self) -> Option<DeviceCounters> {
+            None
+        }
+        fn apply_caps(&mut self, tenant: &TenantSpec, caps: &Caps) -> Result<(), String> {
+            self.0.push((tenant.name.clone(), *caps));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn news_is_applied_between_ticks_but_waits_for_one_after_a_tenant_came() {
+        let news = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let policy = OnNews {
+            news: news.clone(),
+            seen: 0,
+        };
+        let spec = |n: &str| Arc::new(TenantSpec::new(n, crate::model::TenantClass::Container));
+        let mut c = Controller::new(Box::new(policy), vec![spec("a")]);
+        let mut writes = Writes::default();
+        c.tick(Duration::from_secs(1), &mut writes);
+        assert!(c
+            .apply_news(Duration::from_millis(1100), &mut writes)
+            .is_none());
+
+        news.store(true, std::sync::atomic::Ordering::SeqCst);
+        let report = c
+            .apply_news(Duration::from_millis(1200), &mut writes)
+            .unwrap();
+        assert_eq!(report.applied.len(), 1);
+        assert_eq!(report.applied[0].1.read_iops, Some(300.0));
+        assert_eq!(writes.0.len(), 1);
+
+        // A tenant the policy has not seen: its caps on news would be for
+        // the old roster, so the news waits for the next tick.
+        c.add_tenant(spec("b"));
+        news.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(c
+            .apply_news(Duration::from_millis(1300), &mut writes)
+            .is_none());
+        assert!(news.load(std::sync::atomic::Ordering::SeqCst), "not taken");
+        c.tick(Duration::from_secs(2), &mut writes);
+        let report = c
+            .apply_news(Duration::from_millis(2100), &mut writes)
+            .unwrap();
+        assert_eq!(report.applied.len(), 2);
+        assert!(report
+            .applied
+            .iter()
+            .all(|(_, c)| c.read_iops == Some(300.0)));
+    }
 
     #[test]
     fn counters_going_backwards_give_no_sample() {

@@ -18,7 +18,7 @@ pub mod policy;
 pub mod synthetic;
 pub mod units;
 
-pub use control::{Backend, Controller, Counters, DeviceCounters, TickReport};
+pub use control::{Backend, Controller, Counters, DeviceCounters, NewsReport, TickReport};
 pub use cost::{CostModel, CostParams};
 pub use error::ValidationError;
 pub use model::{

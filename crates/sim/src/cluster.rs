@@ -186,6 +186,16 @@ impl SimCluster {
         }
     }
 
+    /// Runs `apply` on the controller of every host still running: after a
+    /// round, each applies what it was allocated (`Controller::apply_news`).
+    pub fn each_running_host(&mut self, mut apply: impl FnMut(usize, &mut Controller)) {
+        for (h, host) in self.hosts.iter_mut().enumerate() {
+            if host.alive {
+                apply(h, &mut host.controller);
+            }
+        }
+    }
+
     /// The allocator's round at `now`: reports of hosts whose lease still
     /// holds, a new allocator when the last one's lease ended, allocations
     /// to the hosts that can read them. Returns how long the round took,

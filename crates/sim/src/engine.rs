@@ -979,10 +979,22 @@ impl<'s> Engine<'s> {
                 }
                 Kind::Scheduled if b == ALLOCATE => {
                     if let Driver::Cluster(c) = &mut driver {
-                        if let Some(took) = c.allocate(Duration::from_nanos(self.now)) {
+                        let now = Duration::from_nanos(self.now);
+                        if let Some(took) = c.allocate(now) {
                             decisions.record(took);
                         }
                         self.capacity_estimate = c.capacity();
+                        // The hosts apply their allocations as they arrive.
+                        c.each_running_host(|h, controller| {
+                            let view = Some(h);
+                            let backend = &mut SimBackend {
+                                engine: &mut self,
+                                view,
+                            };
+                            if let Some(news) = controller.apply_news(now, backend) {
+                                decisions.record(news.decision_time);
+                            }
+                        });
                     }
                 }
                 Kind::Scheduled => match &mut driver {

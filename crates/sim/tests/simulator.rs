@@ -322,9 +322,11 @@ fn a_cluster_keeps_floors_that_hosts_alone_cannot() {
             m["none"].floor_miss_rate,
             alone.work_conservation.unwrap()
         );
-        // The issue's bound for a run with the allocator killed mid-run.
+        // Issue 10's bound for every shipped scenario, with the allocator
+        // killed mid-run (1.2 % while hosts applied their allocations at
+        // the next interval instead of on arrival).
         assert!(
-            cluster.floor_miss_rate <= 0.02,
+            cluster.floor_miss_rate <= 0.01,
             "{name}: {}",
             cluster.floor_miss_rate
         );

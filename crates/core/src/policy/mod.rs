@@ -58,6 +58,15 @@ pub trait Policy: Send {
         self.decide(snapshot)
     }
 
+    /// Caps decided between intervals on news from outside the counters (a
+    /// cluster allocation that arrived after the last decision), for the
+    /// tenants of the last snapshot in its order; `None`: nothing new, the
+    /// caps in force stand. Asked at every look, so cheap without news.
+    /// Local policies have none.
+    fn decide_on_news(&mut self, _now: Duration) -> Option<Vec<Caps>> {
+        None
+    }
+
     /// Whether the active tenants' floors fit what the policy can hand out,
     /// for metrics and the API; `None` for policies that do not judge it.
     fn feasibility(&self) -> Option<Feasibility> {

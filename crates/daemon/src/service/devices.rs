@@ -195,12 +195,28 @@ impl Service {
         decision
     }
 
-    /// A look at every present device between intervals: true when one
-    /// of their policies wants to decide now (`Controller::look`).
-    pub(super) fn look(&mut self, now: Duration) -> bool {
+    /// Between intervals, on every present device: applies a cluster
+    /// allocation that arrived since the last decision
+    /// (`Controller::apply_news`), and with `look`, looks at the device.
+    /// True when one of the policies wants to decide now (`Controller::look`).
+    pub(super) fn between_intervals(&mut self, now: Duration, look: bool) -> bool {
         let mut early = false;
         for d in &mut self.devices {
-            if d.present {
+            if !d.present {
+                continue;
+            }
+            if let Some(news) = d.controller.apply_news(now, &mut d.backend) {
+                for (name, caps) in news.applied {
+                    if let Some(t) = self.tenants.get_mut(&name) {
+                        t.caps = caps;
+                    }
+                }
+                for (name, e) in news.errors {
+                    // The next interval writes them again.
+                    warn!(tenant = %name, "applying the cluster's allocation: {e}");
+                }
+            }
+            if look {
                 early |= d.controller.look(now, &mut d.backend);
             }
         }

@@ -319,7 +319,16 @@ impl Service {
         }
         let mut next = Instant::now();
         let watch = self.config.watch_interval;
-        let mut next_look = watch.map(|w| next + w);
+        // In cluster mode there are no looks (the hosts decide together
+        // once an interval), but an allocation is applied when it arrives:
+        // checked for as often as looks would be.
+        let news = self.config.cluster.as_ref().and_then(|_| {
+            iofloor_core::control::watch_interval(self.config.interval, None, false)
+                .ok()
+                .flatten()
+        });
+        let wake_every = watch.or(news);
+        let mut next_look = wake_every.map(|w| next + w);
         loop {
             let wake = next_look.map_or(next, |look| look.min(next));
             let wait = wake.saturating_duration_since(Instant::now());
@@ -342,8 +351,8 @@ impl Service {
                     let started = Instant::now();
                     // Woken before the interval's end: only to look.
                     let early = started < next && {
-                        next_look = watch.map(|w| started + w);
-                        self.look(self.started.elapsed())
+                        next_look = wake_every.map(|w| started + w);
+                        self.between_intervals(self.started.elapsed(), watch.is_some())
                     };
                     if !early && started < next {
                         continue;
@@ -363,7 +372,7 @@ impl Service {
                         next = started;
                     }
                     next += self.config.interval;
-                    next_look = watch.map(|w| Instant::now() + w);
+                    next_look = wake_every.map(|w| Instant::now() + w);
                     let overrun = next < Instant::now();
                     if overrun {
                         self.overruns += 1;
