@@ -349,7 +349,7 @@ impl Service {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     let started = Instant::now();
-                    // Woken before the interval's end: only to look.
+                    // Woken before the interval's end: only to apply news and look.
                     let early = started < next && {
                         next_look = wake_every.map(|w| started + w);
                         self.between_intervals(self.started.elapsed(), watch.is_some())
