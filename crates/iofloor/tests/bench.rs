@@ -74,6 +74,21 @@ fn scenario_file(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> Pat
     p
 }
 
+/// `noisy-4` under `floor` on `device`: the arguments after `iofloor bench`.
+fn noisy4_floor<'a>(device: &'a str, time_scale: &'a str, alone_secs: &'a str) -> [&'a str; 9] {
+    [
+        "noisy-4",
+        "--device",
+        device,
+        "--policy",
+        "floor",
+        "--time-scale",
+        time_scale,
+        "--alone-secs",
+        alone_secs,
+    ]
+}
+
 /// Runs `iofloor bench ARGS --json` to success and returns its summary.
 fn bench_json(args: &[&str]) -> Value {
     let out = Command::new(bin())
@@ -99,19 +114,8 @@ fn bench_on_the_rig_keeps_floors_and_follows_the_contract() {
     let rig = TestRig::up(640);
     let out_dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let v = bench_json(&[
-        "noisy-4",
-        "--device",
-        &rig.device,
-        "--policy",
-        "floor",
-        "--time-scale",
-        "0.1",
-        "--alone-secs",
-        "4",
-        "--out",
-        out_dir.path().to_str().unwrap(),
-    ]);
+    let out = out_dir.path().to_str().unwrap();
+    let v = bench_json(&[&noisy4_floor(&rig.device, "0.1", "4")[..], &["--out", out]].concat());
     assert_eq!(v["scenario"], "noisy-4");
     let none = &v["policies"]["none"];
     let floor = &v["policies"]["floor"];
@@ -391,19 +395,9 @@ fn bench_refuses_bad_input_with_exit_2_and_creates_nothing() {
 /// Starts a bench in the background and waits until its fio processes run.
 fn start_bench(rig: &TestRig, out: &Path) -> std::process::Child {
     let child = Command::new(bin())
-        .args([
-            "bench",
-            "noisy-4",
-            "--device",
-            &rig.device,
-            "--policy",
-            "floor",
-            "--time-scale",
-            "0.1",
-            "--alone-secs",
-            "30",
-            "--out",
-        ])
+        .arg("bench")
+        .args(noisy4_floor(&rig.device, "0.1", "30"))
+        .arg("--out")
         .arg(out)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -540,20 +534,9 @@ fn simulator_matches_the_rig() {
         "{text}"
     );
     let real = Command::new(bin())
-        .args([
-            "bench",
-            "noisy-4",
-            "--device",
-            &rig.device,
-            "--policy",
-            "floor",
-            "--time-scale",
-            "0.15",
-            "--alone-secs",
-            "4",
-            "--json",
-            "--out",
-        ])
+        .arg("bench")
+        .args(noisy4_floor(&rig.device, "0.15", "4"))
+        .args(["--json", "--out"])
         .arg(dir.path().join("real"))
         .output()
         .unwrap();
