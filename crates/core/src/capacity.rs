@@ -586,10 +586,12 @@ impl CapacityLoop {
     }
 
     /// Grows fast up to the last overload's level (or the model's capacity,
-    /// with none remembered), and past it only by probing, on clear room.
+    /// with none remembered), and past it only by probing, while what was
+    /// handed out is used.
     fn grow(&mut self, high: f64, load: Load, served: f64, floor_short: bool) {
         let since_overload = self.last_overload.map(|(_, age)| age);
         let clear_room = load == Load::Clear;
+        let handed_out_used = served >= PROBE_USED * self.estimate;
         if matches!(load, Load::Over(_)) {
             self.probe_step = PROBE_STEP;
         }
@@ -602,7 +604,7 @@ impl CapacityLoop {
             self.step = (self.step * 2.0).min(STEP_MAX);
             grown
         } else if !matches!(load, Load::Over(_))
-            && (served >= PROBE_USED * self.estimate || floor_short)
+            && (handed_out_used || floor_short)
             && self.estimate < self.model
             && since_overload.is_none_or(|age| age >= self.probe_wait)
         {
@@ -627,7 +629,7 @@ impl CapacityLoop {
         } else if clear_room
             && since_overload.is_none_or(|age| age >= HOLD_BEYOND_INTERVALS)
             && self.load_judged_reliably()
-            && served >= PROBE_USED * self.estimate
+            && handed_out_used
         {
             // Past the model only a conservative model's spare capacity is
             // to be found: slowly, a device at its model is not probed

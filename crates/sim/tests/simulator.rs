@@ -294,20 +294,16 @@ fn looks_between_intervals_answer_a_burst_before_the_interval_ends() {
             without.work_conservation,
             with.work_conservation
         );
-        // Never more misses, and a shorter tail: the burst's queue is
-        // answered within the interval (`cliff` misses no window either
-        // way; its p99 is the difference).
-        assert!(
-            with.floor_miss_rate <= without.floor_miss_rate,
-            "{name}: floor-miss"
-        );
+        // Fewer misses and a shorter tail: the burst's queue is answered
+        // within the interval (`cliff` misses no window either way, so
+        // there no more misses; its p99 is the difference).
+        let fewer_misses = if name == "cliff" {
+            with.floor_miss_rate <= without.floor_miss_rate
+        } else {
+            with.floor_miss_rate < without.floor_miss_rate
+        };
+        assert!(fewer_misses, "{name}: floor-miss");
         assert!(p99(&with) < p99(&without), "{name}: protected p99");
-        if name != "cliff" {
-            assert!(
-                with.floor_miss_rate < without.floor_miss_rate,
-                "{name}: floor-miss"
-            );
-        }
     }
 }
 
