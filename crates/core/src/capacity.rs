@@ -21,10 +21,11 @@
 //!   overloaded drains; the fast recovery then climbs back to the figure
 //!   measured.
 //! - **Up, quickly to the last level known good, then by probing.** With
-//!   room and tenants asking for more, the estimate grows by a step that
-//!   doubles each interval (1 % to 8 %) up to the level of the last overload
-//!   (or the model's capacity, with none in the last two minutes), after
-//!   holding a few intervals; an overload right after one, still served
+//!   room and tenants asking for more, the estimate closes 40 % of its gap
+//!   to the level of the last overload each interval (or grows by a step that
+//!   doubles from 1 % to 8 %, when that is more), from the interval after
+//!   the cut (or to the model's capacity, with no overload in the last two
+//!   minutes); an overload right after one, still served
 //!   above the cut, keeps the first one's level. Past that level it
 //!   probes: below the model (which says there is more) on any interval
 //!   below the threshold in which what was handed out was served (or a
@@ -156,6 +157,17 @@ pub struct CapacitySettings {
 /// Smallest and largest growth per interval while approaching the last level known good.
 const STEP_MIN: f64 = 0.01;
 const STEP_MAX: f64 = 0.08;
+/// Share of the gap to the last level known good closed in one interval of
+/// room: the device served that level in the overload, so a good part of
+/// the way back is safe at once, and closing a share of what is left
+/// nears it without overshooting. Growing by the step alone (1 % doubling
+/// to 8 %, after a hold of 3 intervals) took 10 intervals back from a 30 %
+/// cut: in the simulator's `stolen` each probe's overshoot cost 1.7
+/// intervals of the device. Over 19 seeds each, 0.4 raised mean work
+/// conservation by 0.9-1.5 points in `stolen`, `cliff` and `churn` with
+/// no more floor-miss; 0.5 gained a little more but left tenants of
+/// `noisy-20-cluster` above 2 % in 9 seeds against 5.
+const RECOVERY_GAP_SHARE: f64 = 0.4;
 /// First growth per interval beyond the last overload's level, below the
 /// model; it doubles each interval not overloaded, up to [`PROBE_STEP_MAX`].
 const PROBE_STEP: f64 = 0.01;
@@ -163,8 +175,10 @@ const PROBE_STEP: f64 = 0.01;
 /// each overshoot is felt by the neighbours (simulator `stolen`: 8 % probes
 /// overshot into a missed floor).
 const PROBE_STEP_MAX: f64 = 0.04;
-/// Intervals to hold after an overload before growing again.
-const HOLD_INTERVALS: u32 = 3;
+/// Intervals after an overload before growing again: the cut's own, in
+/// which the queue drains; the next one is judged by its latency like any
+/// other (a queue not drained yet shows as an overload, not as room).
+const HOLD_INTERVALS: u32 = 1;
 /// Intervals after an overload before probing past its level: at first
 /// [`PROBE_WAIT_FIRST`], doubled each time a probe past the level ends in an
 /// overload, up to this. A neighbour that left is found again within
@@ -600,7 +614,9 @@ impl CapacityLoop {
         }
         let reference = self.reference();
         let grown = if self.estimate < reference {
-            let grown = (self.estimate * (1.0 + self.step)).min(reference);
+            let grown = (self.estimate * (1.0 + self.step))
+                .max(self.estimate + RECOVERY_GAP_SHARE * (reference - self.estimate))
+                .min(reference);
             self.step = (self.step * 2.0).min(STEP_MAX);
             grown
         } else if !matches!(load, Load::Over(_))
@@ -955,19 +971,24 @@ mod tests {
         // an interval; what it served is the level recovered to.
         assert_eq!(c.update(&obs(900.0, 0.6, true, true)), 0.6 * DEEPEST_CUT);
         assert_eq!(c.verdict(), Verdict::Overloaded);
-        // Near the threshold (1.5x the baseline): back to that level within
-        // ten intervals, then, the model saying there is more and what is
-        // handed out being used, probed past it by 1 %, 2 %, 4 % an interval.
-        let path: Vec<f64> = (0..13)
+        // Near the threshold (1.5x the baseline): from the next interval,
+        // 40 % of the gap to that level closed each interval (or the doubling
+        // step, once that is more), so back within four; then, the model
+        // saying there is more and what is handed out being used, probed
+        // past it by 1 %, 2 %, 4 % an interval once the probe wait of 8 is over.
+        let path: Vec<f64> = (0..10)
             .map(|_| {
                 let used = 0.97 * c.estimate();
                 c.update(&obs(150.0, used, true, true))
             })
             .collect();
-        assert_eq!(path[8], 0.6, "{path:?}");
-        assert!(path[..8].iter().all(|&e| e < 0.6), "{path:?}");
+        assert_near(path[0], 0.42 + RECOVERY_GAP_SHARE * (0.6 - 0.42));
+        assert_near(path[1], path[0] + RECOVERY_GAP_SHARE * (0.6 - path[0]));
+        assert_eq!(path[3], 0.6, "{path:?}");
+        assert!(path[..3].iter().all(|&e| e < 0.6), "{path:?}");
+        assert_eq!(path[4..7], [0.6, 0.6, 0.6], "{path:?}");
         assert_eq!(
-            path[9..12],
+            path[7..10],
             [0.606, 0.606 * 1.02, 0.606 * 1.02 * 1.04],
             "{path:?}"
         );
@@ -1150,18 +1171,22 @@ mod tests {
             c.update(&obs(latency, 0.8, false, true));
         }
         assert!(c.estimate() < 0.7);
-        // Near the target: back to the last good level within a few
-        // intervals, then probed past it up to the model, never beyond it.
+        // Near the target: back to the last good level within five
+        // intervals, never faster than a share of the gap or the largest
+        // step; then (the overload more than its probe wait of 8
+        // intervals back) probed past it up to the model, never beyond it.
         let mut path = vec![c.estimate()];
         for _ in 0..40 {
             let used = 0.97 * c.estimate();
             path.push(c.update(&obs(150.0, used, true, true)));
         }
         for w in path.windows(2) {
-            assert!(w[1] >= w[0] && w[1] <= w[0] * (1.0 + STEP_MAX) + 1e-12);
+            let fastest = (w[0] * (1.0 + STEP_MAX)).max(w[0] + RECOVERY_GAP_SHARE * (0.8 - w[0]));
+            assert!(w[1] >= w[0] && w[1] <= fastest + 1e-12, "{path:?}");
         }
-        assert_eq!(path[9], 0.8, "{path:?}");
-        assert!(path[11] > 0.8, "{path:?}");
+        let back = path.iter().position(|&e| e == 0.8).unwrap();
+        assert!(back <= 5, "{path:?}");
+        assert!(path[back + 2] > 0.8, "{path:?}");
         assert_eq!(path[40], 1.0, "{path:?}");
         // Each probe that ends in an overload doubles the wait before the
         // next (Overloaded at 0.8 each time: intervals until probed past).

@@ -107,6 +107,93 @@ fn results_directory_rebuilds_the_same_report() {
     assert!(html.contains("<svg") && html.contains("floor-miss"));
 }
 
+#[test]
+fn a_seed_on_the_command_line_replaces_the_scenarios() {
+    let run = |path: &str, seed: Option<&str>| {
+        let mut args = vec![
+            "sim",
+            path,
+            "--policy",
+            "floor",
+            "--json",
+            "--time-scale",
+            "0.2",
+        ];
+        if let Some(seed) = seed {
+            args.extend(["--seed", seed]);
+        }
+        let out = iofloor(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let mut v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        // Decision times are measured, not simulated.
+        for p in ["none", "floor"] {
+            let m = v["policies"][p].as_object_mut().unwrap();
+            m.remove("decision_time_us_max");
+            m.remove("decision_time_us_mean");
+        }
+        v["policies"].clone()
+    };
+    let shipped = scenario("stolen");
+    let text = std::fs::read_to_string(&shipped).unwrap();
+    assert!(text.contains("\nseed = 12\n"));
+    let dir = tempfile::tempdir().unwrap();
+    let reseeded = dir.path().join("stolen-5.toml");
+    std::fs::write(&reseeded, text.replace("\nseed = 12\n", "\nseed = 5\n")).unwrap();
+    let reseeded = reseeded.to_str().unwrap();
+    let by_flag = run(&shipped, Some("5"));
+    assert_eq!(
+        by_flag,
+        run(reseeded, None),
+        "--seed 5 is the file's seed = 5"
+    );
+    assert_ne!(by_flag, run(&shipped, None), "another seed, another run");
+    assert_eq!(run(reseeded, Some("12")), run(&shipped, None));
+    let bad = iofloor(&["sim", &shipped, "--seed", "twelve"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("--seed"), "{}", stderr(&bad));
+}
+
+#[test]
+fn the_seeds_script_reports_each_seed_and_their_spread() {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/analysis/seeds.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(["on-off", "3", "4"])
+        .env("IOFLOOR", env!("CARGO_BIN_EXE_iofloor"))
+        .output()
+        .expect("python3 runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    let seeds: Vec<&str> = lines[1..4]
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(seeds, ["own", "3", "4"], "{text}");
+    let wc = |line: &str| {
+        line.split_whitespace()
+            .nth(3)
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+    };
+    let per_seed: Vec<f64> = lines[1..4].iter().map(|l| wc(l)).collect();
+    let mean = per_seed.iter().sum::<f64>() / 3.0;
+    assert!(lines[4].starts_with("  mean"), "{text}");
+    assert!((wc(lines[4]) - mean).abs() < 0.002, "{text}");
+    assert!(
+        text.contains("3 seeds; a protected tenant above 2 % in 0"),
+        "{text}"
+    );
+    let bad = Command::new("python3")
+        .arg(&script)
+        .args(["on-off", "x"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("whole numbers"), "{}", stderr(&bad));
+}
+
 /// Writes `text` as a scenario file and runs `sim` on it; returns the output.
 fn sim_text(text: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();

@@ -37,6 +37,11 @@ pub struct SimArgs {
     /// policies keep the scenario's model, as `iofloor bench` does.
     #[arg(long)]
     device_model: Option<PathBuf>,
+    /// Seed of the simulator's random numbers (jitter, arrivals) instead of
+    /// the scenario's `seed`: runs under several seeds show how much of a
+    /// figure is chance.
+    #[arg(long)]
+    seed: Option<u64>,
 }
 
 #[derive(Args)]
@@ -54,9 +59,13 @@ pub struct AdmitArgs {
     json: bool,
 }
 
-/// The scenario as `sim` runs it: on a calibrated device if asked, time-scaled.
+/// The scenario as `sim` runs it: on a calibrated device if asked, with
+/// another seed if asked, time-scaled.
 fn simulated_scenario(args: &SimArgs) -> anyhow::Result<Scenario> {
     let mut sc = load_scenario(&args.scenario)?;
+    if let Some(seed) = args.seed {
+        sc.seed = seed;
+    }
     if let Some(path) = &args.device_model {
         let (model, knee) = load_model(path)?;
         sc.device.cost = model;
