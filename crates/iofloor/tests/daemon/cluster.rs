@@ -474,30 +474,35 @@ fn floors_set_for_the_cluster(h1: &Daemon, h2: &Daemon) {
     let floor_of =
         |d: &Daemon, tenant: &str| d.get(&format!("/api/v1/tenants/{tenant}")).1["floor"].clone();
     let url = h1.url("");
+    // Admission prices the floors against the capacity the allocator has
+    // learned, which after the partition may sit not far above the quiet
+    // floor's need: in one run 0.357 of the device, where quiet's 1,000 and
+    // a floor of 500 IOPS did not fit (409). 100 IOPS fits whenever the
+    // estimate is 0.29 or more.
     let (code, _, err) = iofloor(
-        &["cluster", "set-floor", "noisy", "500iops", "--url", &url],
+        &["cluster", "set-floor", "noisy", "100iops", "--url", &url],
         None,
     );
     assert_eq!(code, Some(2), "no token: {err}");
     assert!(err.contains("401"), "{err}");
     let (code, out, err) = iofloor(
-        &["cluster", "set-floor", "noisy", "500iops", "--url", &url],
+        &["cluster", "set-floor", "noisy", "100iops", "--url", &url],
         Some(TOKEN),
     );
     assert_eq!(code, Some(0), "{err}");
-    assert!(out.contains("noisy: floor 500 IOPS on every host"), "{out}");
+    assert!(out.contains("noisy: floor 100 IOPS on every host"), "{out}");
     within_20s("h2 applies the cluster's floor", || {
         let f = floor_of(h2, "noisy");
-        (f == serde_json::json!({"unit": "iops", "value": 500.0}))
+        (f == serde_json::json!({"unit": "iops", "value": 100.0}))
             .then_some(())
             .ok_or(f.to_string())
     });
     let (_, out, _) = iofloor(&["cluster", "floors", "--url", &h2.url("")], None);
-    assert_eq!(out.trim(), "noisy  500 IOPS");
+    assert_eq!(out.trim(), "noisy  100 IOPS");
     let (code, list) = h1.get("/api/v1/cluster/floors");
     assert_eq!(code, 200);
     spec.check("/api/v1/cluster/floors", "get", 200, &list);
-    // quiet's 1,000 + 500 fit the 4,000-IOPS device; 3,500 more do not.
+    // quiet's 1,000 + 100 fit the 4,000-IOPS device; 3,500 more do not.
     let (code, _, err) = iofloor(
         &["cluster", "set-floor", "noisy", "3500iops", "--url", &url],
         Some(TOKEN),
@@ -507,7 +512,7 @@ fn floors_set_for_the_cluster(h1: &Daemon, h2: &Daemon) {
         err.contains("409") && err.contains("would not fit"),
         "{err}"
     );
-    assert_eq!(floor_of(h2, "noisy")["value"], 500.0, "nothing changed");
+    assert_eq!(floor_of(h2, "noisy")["value"], 100.0, "nothing changed");
     let (code, answer) = h1.send(
         "PUT",
         "/api/v1/cluster/floors/noisy",
