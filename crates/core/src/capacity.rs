@@ -623,17 +623,16 @@ impl CapacityLoop {
         if queued {
             self.probe_step = PROBE_STEP;
         }
-        let hold = if queued {
-            HOLD_QUEUED_INTERVALS
+        let (hold, gap_share) = if queued {
+            (HOLD_QUEUED_INTERVALS, 0.0)
         } else {
-            HOLD_INTERVALS
+            (HOLD_INTERVALS, RECOVERY_GAP_SHARE)
         };
         if since_overload.is_some_and(|age| age < hold) {
             return;
         }
         let reference = self.reference();
         let grown = if self.estimate < reference {
-            let gap_share = if queued { 0.0 } else { RECOVERY_GAP_SHARE };
             let grown = (self.estimate * (1.0 + self.step))
                 .max(self.estimate + gap_share * (reference - self.estimate))
                 .min(reference);

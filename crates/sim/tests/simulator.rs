@@ -15,6 +15,16 @@ fn scenario_path(name: &str) -> PathBuf {
         .join(format!("{name}.toml"))
 }
 
+/// Each policy's measures for `sc` simulated under `policies` (and `none`,
+/// the work-conservation reference), by policy name.
+fn measured(
+    sc: &Scenario,
+    policies: &[PolicyKind],
+) -> std::collections::HashMap<String, iofloor_report::PolicyMeasures> {
+    let Ok(runs) = run_policies(&Simulator::new(2), sc, policies, &|_, _| {});
+    compare(&runs).into_iter().collect()
+}
+
 fn small_scenario(
     tenants: &[(String, u32, u32, Option<u32>)],
     parallelism: u32,
@@ -147,8 +157,7 @@ iodepth = 32
 fn shipped_scenarios_floor_beats_the_others() {
     for name in ["noisy-4", "noisy-20", "size-mix", "hybrid"] {
         let sc = Scenario::load(&scenario_path(name)).unwrap();
-        let Ok(runs) = run_policies(&Simulator::new(2), &sc, &PolicyKind::ALL, &|_, _| {});
-        let m: std::collections::HashMap<String, _> = compare(&runs).into_iter().collect();
+        let m = measured(&sc, &PolicyKind::ALL);
         let floor = &m["floor"];
         for (p, other) in &m {
             assert!(
@@ -201,8 +210,7 @@ fn floors_hold_when_the_device_is_not_what_the_model_says() {
     let policies = [PolicyKind::Static, PolicyKind::Floor];
     for name in ["cliff", "stolen", "on-off", "churn", "tight"] {
         let sc = Scenario::load(&scenario_path(name)).unwrap();
-        let Ok(runs) = run_policies(&Simulator::new(2), &sc, &policies, &|_, _| {});
-        let m: std::collections::HashMap<String, _> = compare(&runs).into_iter().collect();
+        let m = measured(&sc, &policies);
         let floor = &m["floor"];
         let wc = floor.work_conservation.unwrap();
         eprintln!(
@@ -251,9 +259,7 @@ fn floors_hold_when_the_device_is_not_what_the_model_says() {
             let device = floor.device_work_conservation.unwrap();
             let seeds = [10, 17, 24, 31, 38, 45].map(|seed| {
                 let sc = Scenario { seed, ..sc.clone() };
-                let Ok(runs) =
-                    run_policies(&Simulator::new(2), &sc, &[PolicyKind::Floor], &|_, _| {});
-                let m: std::collections::HashMap<String, _> = compare(&runs).into_iter().collect();
+                let m = measured(&sc, &[PolicyKind::Floor]);
                 m["floor"].device_work_conservation.unwrap()
             });
             let mean = (device + seeds.iter().sum::<f64>()) / 7.0;
@@ -338,8 +344,7 @@ fn looks_between_intervals_answer_a_burst_before_the_interval_ends() {
 fn a_cluster_keeps_floors_that_hosts_alone_cannot() {
     for name in ["noisy-4-cluster", "noisy-20-cluster"] {
         let sc = Scenario::load(&scenario_path(name)).unwrap();
-        let Ok(runs) = run_policies(&Simulator::new(2), &sc, &[PolicyKind::Floor], &|_, _| {});
-        let m: std::collections::HashMap<String, _> = compare(&runs).into_iter().collect();
+        let m = measured(&sc, &[PolicyKind::Floor]);
         let (cluster, alone) = (&m["floor"], &m["floor-hosts-alone"]);
         let wc = cluster.work_conservation.unwrap();
         eprintln!(
