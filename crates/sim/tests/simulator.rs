@@ -282,6 +282,13 @@ fn floors_hold_when_the_device_is_not_what_the_model_says() {
             assert!(wc >= 0.95, "{name}: work conservation {wc}");
             assert_eq!(floor.device_work_conservation, None, "{name}");
         }
+        // Where the device stays what it is, the protected tenants' p99
+        // stays within 2x alone (`churn` once a newcomer without a floor
+        // came back only to its weight's part of what the floors leave).
+        if ["on-off", "churn", "tight"].contains(&name) {
+            let p99 = floor.protected_p99_ratio.unwrap();
+            assert!(p99 <= 2.0, "{name}: protected p99 ratio {p99}");
+        }
     }
 }
 

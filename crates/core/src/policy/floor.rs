@@ -31,7 +31,9 @@
 //!    and are removed once they exceed the capacity: gradual release, no bursts.
 //!    A tenant not held back keeps a burst guard while others hold
 //!    entitlements: what they leave of the target share, so an idle tenant
-//!    that comes back cannot take their floors for a whole interval. Between
+//!    that comes back cannot take their floors for a whole interval (one
+//!    without a floor of its own not even all of that: only its weight's
+//!    part beside those pressing for more). Between
 //!    intervals the caller looks at the device (`Controller::look`); an
 //!    overload there (`Policy::wants_early_decision`) is decided on at once
 //!    (`decide_early`), so a burst or another host's step is answered within
@@ -300,6 +302,9 @@ struct Pricing {
     total: f64,
     /// Each tenant's own floor in cost at its mix; 0 without one.
     own_floors: Vec<f64>,
+    /// Each tenant has a floor of its own, even one not priced yet (a
+    /// floor in bytes before the tenant's first I/O shows its mix).
+    promised: Vec<bool>,
     /// The floor a tenant may claim now: its own, and in a group the part
     /// of the group's floor it shows it wants (crate::hierarchy); what
     /// starvation reserves (step 3).
@@ -537,6 +542,11 @@ impl FloorPolicy {
                 .unwrap_or(f64::INFINITY)
         };
         let own_floors = floor_costs.clone();
+        let promised = snapshot
+            .tenants
+            .iter()
+            .map(|t| t.spec.floor.is_some())
+            .collect();
         let mut reserved = floor_costs.clone();
         let mut node_floor = floor_costs.clone();
         let mut node_reserved = floor_costs.clone();
@@ -598,6 +608,7 @@ impl FloorPolicy {
             usage,
             total,
             own_floors,
+            promised,
             floor_costs,
             reserved,
             tree,
@@ -882,6 +893,19 @@ impl FloorPolicy {
             .filter(|f| f.floors > 0.0)
             .map_or(1.0, |f| (can_give / f.floors).min(1.0));
         let lent = lent_by_siblings(priced, tenants, shares);
+        // What the entitlements leave, and the weight of those pressing for
+        // more of it (not held by their own ceilings): a tenant back from
+        // idle shares it with them (the burst guard below); with
+        // `class_priority` a container shares it with containers only.
+        let spare = (can_give - entitled).max(0.0);
+        let pressing_weight = |containers_only: bool| -> f64 {
+            (0..tenants.len())
+                .filter(|&j| shares.alloc[j] < tenants[j].demand.min(tenants[j].ceiling))
+                .filter(|&j| !containers_only || tenants[j].class == TenantClass::Container)
+                .map(|j| priced.node_weight[j])
+                .sum()
+        };
+        let pressing_weight = [pressing_weight(false), pressing_weight(true)];
         let decided: Vec<Decided> = tenants
             .iter()
             .enumerate()
@@ -917,11 +941,33 @@ impl FloorPolicy {
                     // may come back from idle faster than what they leave,
                     // or its first interval would take the device from under
                     // them. It costs nothing while the tenant stays below it.
+                    // An idle tenant without a floor of its own comes back
+                    // to its weight's part of that beside those pressing for
+                    // it, not to all of it: they keep theirs until the next
+                    // decision, and more would fill the queue the floors
+                    // wait in (simulated `churn`: a newcomer's first
+                    // interval was the protected p99). One with a floor
+                    // keeps it all: its floor must be there at once, and a
+                    // rate-limited job catches up what it lost (`churn`'s
+                    // `late`, held near its floor, missed its first window
+                    // and filled the queue in its second). In a tree the
+                    // weights are only siblings', so there it stays whole.
                     let others = entitled - shares.entitlement[i];
                     let cap = if others <= 0.0 {
                         loosened
                     } else {
-                        let guard = (can_give - others)
+                        let returning =
+                            priced.usage[i] <= 0.0 && !priced.promised[i] && priced.tree.is_flat();
+                        let guard = if returning {
+                            let weight = priced.node_weight[i];
+                            let containers_only =
+                                p.class_priority && t.class == TenantClass::Container;
+                            spare * weight
+                                / (weight + pressing_weight[usize::from(containers_only)])
+                        } else {
+                            can_give - others
+                        };
+                        let guard = guard
                             .max(shares.entitlement[i] * ENFORCEMENT_MARGIN)
                             .max(own_part);
                         match loosened {
@@ -1074,6 +1120,44 @@ mod tests {
         for (q, floor) in [(&caps[1], 300.0), (&caps[2], 200.0)] {
             assert!(q.write_iops.is_none_or(|c| c >= 2.0 * floor), "{q:?}");
         }
+    }
+
+    #[test]
+    fn a_tenant_back_from_idle_may_take_its_weights_part_of_the_rest_not_all() {
+        let mut p = FloorPolicy::new(FloorParams::default(), ctx());
+        let weighted = |mut t: crate::model::TenantSample, weight: f64| {
+            std::sync::Arc::make_mut(&mut t.spec).weight = weight;
+            t
+        };
+        let with = |heavy: f64, caps: Caps| {
+            vec![
+                tenant("q", Some(300.0), writes64k(300.0), Caps::NONE),
+                weighted(tenant("heavy", None, writes64k(heavy), caps), 300.0),
+                weighted(tenant("idle", None, writes64k(0.0), Caps::NONE), 100.0),
+                // A floor in bytes, not priced before the tenant's first I/O.
+                {
+                    let mut t = tenant("late", None, writes64k(0.0), Caps::NONE);
+                    std::sync::Arc::make_mut(&mut t.spec).floor =
+                        Some(crate::units::Rate::BytesPerSec(100.0 * 65536.0));
+                    t
+                },
+            ]
+        };
+        let first = p.decide(&snap(&with(700.0, Caps::NONE), 1));
+        let heavy = first[1];
+        // Heavy presses against its cap: an idle tenant of a third of its
+        // weight that comes back gets a quarter of what q's floor leaves,
+        // one with a floor of its own all of it (neither has shown its mix,
+        // so both are priced alike and compared with each other).
+        let caps = p.decide(&snap(&with(heavy.write_iops.unwrap(), heavy), 2));
+        let guard = |c: Caps| c.write_bps.expect("a guard");
+        let part = guard(caps[2]) / guard(caps[3]);
+        assert!((part - 0.25).abs() < 0.01, "{caps:?}");
+        // Alone in coming back to what is left, it may take all of it.
+        let mut p = FloorPolicy::new(FloorParams::default(), ctx());
+        let caps = p.decide(&snap(&with(100.0, Caps::NONE), 1));
+        let part = guard(caps[2]) / guard(caps[3]);
+        assert!((part - 1.0).abs() < 0.01, "{caps:?}");
     }
 
     #[test]
