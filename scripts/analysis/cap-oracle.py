@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What capping alone could reach in two shipped scenarios, with hindsight.
+"""What capping alone could reach in shipped scenarios, with hindsight.
 
 An upper reference for any policy that acts by capping tenants' rates (as
 iofloor does): the noisy tenants' load is replaced by fio-like rate-limited
@@ -16,9 +16,19 @@ result is simulated with no policy at all (`iofloor sim FILE --policy none`).
           honoured). Prints floor-miss, work conservation and protected p99
           ratio for each U given.
 
+  paced NAME
+          The noisy tenants of scenario NAME paced exactly at what `floor`
+          gave them (each one's mean over every 10 s of `iofloor sim NAME
+          --policy floor`), U times that, from a deep queue that never runs
+          dry: the same work as `floor`, with no burst and no decision
+          late. Prints floor-miss, work conservation and protected p99
+          ratio for each U given: the p99 the device's own queueing at that
+          load gives, which no policy acting by caps goes below.
+
 Usage (from the repository, after `cargo build --release`):
   scripts/analysis/cap-oracle.py stolen
   scripts/analysis/cap-oracle.py churn 0.9 0.95 0.97 1.0
+  scripts/analysis/cap-oracle.py paced tree 0.9 1.0
 """
 import json
 import os
@@ -33,21 +43,22 @@ IOFLOOR = os.environ.get("IOFLOOR", os.path.join(ROOT, "target", "release", "iof
 MISS = 0.95  # a window is missed below 95 % of the entitlement (docs/metrics.md)
 
 
-def simulate(toml_text, work):
-    """Runs `toml_text` under `none`; returns the run record and the summary."""
+def simulate(toml_text, work, policy="none"):
+    """Runs `toml_text` under `policy` (and `none`, always run beside it);
+    returns the policy's run record and summary."""
     path = os.path.join(work, "variant.toml")
     out = os.path.join(work, "out")
     with open(path, "w") as f:
         f.write(toml_text)
     subprocess.run(["rm", "-rf", out], check=True)
-    r = subprocess.run([IOFLOOR, "sim", path, "--policy", "none", "--out", out],
+    r = subprocess.run([IOFLOOR, "sim", path, "--policy", policy, "--out", out],
                        capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit("iofloor sim failed:\n" + r.stderr)
-    with open(os.path.join(out, "runs", "none.json")) as f:
+    with open(os.path.join(out, "runs", policy + ".json")) as f:
         run = json.load(f)
     with open(os.path.join(out, "summary.json")) as f:
-        summary = json.load(f)["policies"]["none"]
+        summary = json.load(f)["policies"][policy]
     return run, summary
 
 
@@ -203,17 +214,81 @@ def churn(work, shares):
             s["protected_p99_ratio"]))
 
 
+def paced(work, name, shares, stretch=10):
+    path = os.path.join(ROOT, "scenarios", name + ".toml")
+    if not os.path.exists(path):
+        sys.exit("cap-oracle: no shipped scenario %r (%s)" % (name, path))
+    text = open(path).read()
+    floor_run, floor = simulate(text, work, "floor")
+    _, none = simulate(text, work)
+    noisy = [i for i, t in enumerate(floor_run["tenants"]) if t["noisy"]]
+    if not noisy:
+        sys.exit("cap-oracle: %s has no noisy tenant to pace" % name)
+    end = seconds(tomllib.loads(text)["duration"])
+    edges = list(range(0, end, stretch)) + [end]
+    stretches = list(zip(edges, edges[1:]))
+    # Each noisy tenant's mean rate under `floor` over each stretch (B/s).
+    rates = {}
+    for i in noisy:
+        got = [(w["t"], w["tenants"][i]["got"]["bytes_per_s"]) for w in floor_run["windows"]]
+        rates[floor_run["tenants"][i]["name"]] = [
+            sum(g for t, g in got if a <= t < b) / max(1, sum(1 for t, _ in got if a <= t < b))
+            for a, b in stretches]
+
+    def variant(share):
+        out, done = [], set()
+        for tenant, block in blocks(text):
+            if tenant in rates and block.startswith("[[tenant.job]]"):
+                # One deep job per tenant carries its whole rate.
+                if tenant in done:
+                    continue
+                done.add(tenant)
+                job = re.sub(r"(?ms)^phase = \[.*?\]\s*?\n", "", block)
+                job = re.sub(r"(?m)^(ramp|numjobs|iodepth) = .*\n", "", job)
+                job = job.rstrip("\n") + "\niodepth = 32\n"
+                for (a, b), rate in zip(stretches, rates[tenant]):
+                    if share * rate >= 1:
+                        out.append(job_between(job, a, b, share * rate))
+            else:
+                out.append(block)
+        return "".join(out)
+
+    print("floor: floor-miss %.1f %%, work conservation %.3f, protected p99 ratio %.2f" % (
+        100 * floor["floor_miss_rate"], floor["aggregate_cost"] / none["aggregate_cost"],
+        floor["protected_p99_ratio"]))
+    for share in shares:
+        _, s = simulate(variant(share), work)
+        print("paced at U %.2f of it: floor-miss %.1f %%, work conservation %.3f, "
+              "protected p99 ratio %.2f" % (
+                  share, 100 * s["floor_miss_rate"], s["aggregate_cost"] / none["aggregate_cost"],
+                  s["protected_p99_ratio"]))
+
+
+def shares_of(args):
+    """The shares U given on the command line: positive numbers."""
+    try:
+        shares = [float(x) for x in args]
+    except ValueError:
+        sys.exit("cap-oracle: shares must be numbers, got %s" % " ".join(args))
+    if any(not u > 0 for u in shares):
+        sys.exit("cap-oracle: shares must be above 0, got %s" % " ".join(args))
+    return shares
+
+
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("stolen", "churn"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("stolen", "churn", "paced"):
         sys.exit(__doc__)
     if not os.access(IOFLOOR, os.X_OK):
         sys.exit("no iofloor binary at %s: run `cargo build --release` or set IOFLOOR" % IOFLOOR)
     with tempfile.TemporaryDirectory() as work:
         if sys.argv[1] == "stolen":
             stolen(work)
+        elif sys.argv[1] == "paced":
+            if len(sys.argv) < 3:
+                sys.exit(__doc__)
+            paced(work, sys.argv[2], shares_of(sys.argv[3:]) or [0.9, 1.0])
         else:
-            shares = [float(x) for x in sys.argv[2:]] or [0.9, 0.95, 0.97, 1.0]
-            churn(work, shares)
+            churn(work, shares_of(sys.argv[2:]) or [0.9, 0.95, 0.97, 1.0])
 
 
 if __name__ == "__main__":

@@ -194,6 +194,42 @@ fn the_seeds_script_reports_each_seed_and_their_spread() {
     assert!(stderr(&bad).contains("whole numbers"), "{}", stderr(&bad));
 }
 
+#[test]
+fn the_cap_oracle_paces_the_noisy_tenants_at_what_floor_gave_them() {
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/analysis/cap-oracle.py");
+    let oracle = |args: &[&str]| {
+        Command::new("python3")
+            .arg(&script)
+            .args(args)
+            .env("IOFLOOR", env!("CARGO_BIN_EXE_iofloor"))
+            .output()
+            .expect("python3 runs")
+    };
+    let out = oracle(&["paced", "on-off", "0.5", "1.0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let wc = |prefix: &str| -> f64 {
+        let line = text.lines().find(|l| l.starts_with(prefix)).unwrap();
+        let after = line.split("work conservation ").nth(1).unwrap();
+        after.split(',').next().unwrap().parse().unwrap()
+    };
+    // The same work as `floor`, paced: the device does what it did.
+    let floor = wc("floor:");
+    let paced = wc("paced at U 1.00");
+    assert!((paced - floor).abs() < 0.03, "{text}");
+    assert!(wc("paced at U 0.50") < paced - 0.1, "{text}");
+    for (args, needle) in [
+        (&["paced", "on-off", "x"][..], "shares must be numbers"),
+        (&["paced", "on-off", "0"][..], "shares must be above 0"),
+        (&["paced", "nosuch"][..], "no shipped scenario"),
+    ] {
+        let bad = oracle(args);
+        assert!(!bad.status.success(), "{args:?}");
+        assert!(stderr(&bad).contains(needle), "{args:?}: {}", stderr(&bad));
+    }
+}
+
 /// Writes `text` as a scenario file and runs `sim` on it; returns the output.
 fn sim_text(text: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();
