@@ -20,8 +20,8 @@ result is simulated with no policy at all (`iofloor sim FILE --policy none`).
           The noisy tenants of scenario NAME paced exactly at what `floor`
           gave them (each one's mean over every 10 s of `iofloor sim NAME
           --policy floor`), U times that, from a deep queue that never runs
-          dry: the same work as `floor`, with no burst and no decision
-          late. Prints floor-miss, work conservation and protected p99
+          dry (one job of the tenant's first job's I/O shape): the same
+          work as `floor`, with no burst and no decision late. Prints floor-miss, work conservation and protected p99
           ratio for each U given: the p99 the device's own queueing at that
           load gives, which no policy acting by caps goes below.
 
@@ -44,8 +44,7 @@ MISS = 0.95  # a window is missed below 95 % of the entitlement (docs/metrics.md
 
 
 def simulate(toml_text, work, policy="none"):
-    """Runs `toml_text` under `policy` (and `none`, always run beside it);
-    returns the policy's run record and summary."""
+    """Runs `toml_text` under `policy`; returns its run record and summary."""
     path = os.path.join(work, "variant.toml")
     out = os.path.join(work, "out")
     with open(path, "w") as f:
