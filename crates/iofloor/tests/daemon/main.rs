@@ -152,7 +152,7 @@ fn floors_met_under_load(
     let (mut windows, mut met) = (0, 0);
     for (name, floor) in [("vm1", 8e6), ("vm2", 8e6), ("vm3", 6e6), ("vm4", 3e6)] {
         let (_, t) = daemon.get(&format!("/api/v1/tenants/{name}"));
-        let got: Vec<f64> = t["history"]
+        let points: Vec<&Value> = t["history"]
             .as_array()
             .unwrap()
             .iter()
@@ -160,12 +160,29 @@ fn floors_met_under_load(
                 let at = p["t"].as_f64().unwrap();
                 at > load_started + 5.0 && at < load_started + load_secs as f64 - 1.0
             })
+            .collect();
+        let got: Vec<f64> = points
+            .iter()
             .map(|p| p["bytes_per_sec"].as_f64().unwrap())
             .collect();
         let ok = got.iter().filter(|&&b| b >= 0.95 * floor).count();
         let mbs: Vec<f64> = got.iter().map(|b| (b / 1e5).round() / 10.0).collect();
+        // Whether each interval ended capped, and the longest gap between
+        // two intervals: what a missed window needs explained.
+        let capped: String = points
+            .iter()
+            .map(|p| {
+                if p["capped"].as_bool() == Some(true) {
+                    'C'
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        let times: Vec<f64> = points.iter().map(|p| p["t"].as_f64().unwrap()).collect();
+        let longest_gap = times.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
         eprintln!(
-            "  {name}: floor {:.0} MB/s, met in {ok}/{} windows; MB/s {mbs:?}",
+            "  {name}: floor {:.0} MB/s, met in {ok}/{} windows; MB/s {mbs:?}; capped {capped}; longest gap {longest_gap:.2} s",
             floor / 1e6,
             got.len()
         );
