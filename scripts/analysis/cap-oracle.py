@@ -44,7 +44,8 @@ MISS = 0.95  # a window is missed below 95 % of the entitlement (docs/metrics.md
 
 
 def simulate(toml_text, work, policy="none"):
-    """Runs `toml_text` under `policy`; returns its run record and summary."""
+    """Runs `toml_text` under `policy`; returns its run record and every
+    policy's summary by name (`none`, the reference, is always run too)."""
     path = os.path.join(work, "variant.toml")
     out = os.path.join(work, "out")
     with open(path, "w") as f:
@@ -57,8 +58,8 @@ def simulate(toml_text, work, policy="none"):
     with open(os.path.join(out, "runs", policy + ".json")) as f:
         run = json.load(f)
     with open(os.path.join(out, "summary.json")) as f:
-        summary = json.load(f)["policies"][policy]
-    return run, summary
+        summaries = json.load(f)["policies"]
+    return run, summaries
 
 
 def blocks(text):
@@ -117,7 +118,7 @@ def megabytes(text):
 def stolen(work):
     text = open(os.path.join(ROOT, "scenarios", "stolen.toml")).read()
     scenario = tomllib.loads(text)
-    _, none = simulate(text, work)
+    none = simulate(text, work)[1]["none"]
     # The other host's load changes at its phases; the noisy tenant's
     # processes share each phase's rate.
     steps = {seconds(p["at"]) for u in scenario["unmanaged"] for j in u["job"]
@@ -146,7 +147,8 @@ def stolen(work):
                 low[k] = mid[k]
             else:
                 high[k] = mid[k]
-    run, summary = simulate(variant(low), work)
+    run, summaries = simulate(variant(low), work)
+    summary = summaries["none"]
     print("noisy rate per phase (MB/s):", " ".join("%.1f" % (r / 1e6) for r in low))
     print("protected windows missed per phase:", missed_per_phase(run, phases))
     print("floor-miss %.1f %%, work conservation %.3f, protected p99 ratio %.2f" % (
@@ -171,7 +173,8 @@ def churn(work, shares):
                                            megabytes(ceiling) if ceiling else None)
         else:
             protected[tenant["name"]] = span + (megabytes(job["rate"]),)
-    none_run, none = simulate(text, work)
+    none_run, summaries = simulate(text, work)
+    none = summaries["none"]
     # What `none` serves with the device saturated (64 KiB random writes,
     # whoever sends them): the typical window among the fullest.
     totals = sorted(sum(t["got"]["bytes_per_s"] for t in w["tenants"]) / 1e6
@@ -207,7 +210,7 @@ def churn(work, shares):
 
     print("capacity while saturated: %.2f MB/s" % capacity)
     for share in shares:
-        _, s = simulate(variant(share), work)
+        s = simulate(variant(share), work)[1]["none"]
         print("U %.2f: floor-miss %.1f %%, work conservation %.3f, protected p99 ratio %.2f" % (
             share, 100 * s["floor_miss_rate"], s["aggregate_cost"] / none["aggregate_cost"],
             s["protected_p99_ratio"]))
@@ -218,8 +221,8 @@ def paced(work, name, shares, stretch=10):
     if not os.path.exists(path):
         sys.exit("cap-oracle: no shipped scenario %r (%s)" % (name, path))
     text = open(path).read()
-    floor_run, floor = simulate(text, work, "floor")
-    _, none = simulate(text, work)
+    floor_run, summaries = simulate(text, work, "floor")
+    floor, none = summaries["floor"], summaries["none"]
     noisy = [i for i, t in enumerate(floor_run["tenants"]) if t["noisy"]]
     if not noisy:
         sys.exit("cap-oracle: %s has no noisy tenant to pace" % name)
@@ -256,7 +259,7 @@ def paced(work, name, shares, stretch=10):
         100 * floor["floor_miss_rate"], floor["aggregate_cost"] / none["aggregate_cost"],
         floor["protected_p99_ratio"]))
     for share in shares:
-        _, s = simulate(variant(share), work)
+        s = simulate(variant(share), work)[1]["none"]
         print("paced at U %.2f of it: floor-miss %.1f %%, work conservation %.3f, "
               "protected p99 ratio %.2f" % (
                   share, 100 * s["floor_miss_rate"], s["aggregate_cost"] / none["aggregate_cost"],

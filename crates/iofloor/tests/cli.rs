@@ -153,15 +153,23 @@ fn a_seed_on_the_command_line_replaces_the_scenarios() {
     assert!(stderr(&bad).contains("--seed"), "{}", stderr(&bad));
 }
 
-#[test]
-fn the_seeds_script_reports_each_seed_and_their_spread() {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/analysis/seeds.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .args(["on-off", "3", "4"])
+/// Runs `scripts/analysis/SCRIPT` with `args` on this build's binary.
+fn analysis(script: &str, args: &[&str]) -> Output {
+    Command::new("python3")
+        .arg(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../scripts/analysis")
+                .join(script),
+        )
+        .args(args)
         .env("IOFLOOR", env!("CARGO_BIN_EXE_iofloor"))
         .output()
-        .expect("python3 runs");
+        .expect("python3 runs")
+}
+
+#[test]
+fn the_seeds_script_reports_each_seed_and_their_spread() {
+    let out = analysis("seeds.py", &["on-off", "3", "4"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
@@ -185,28 +193,14 @@ fn the_seeds_script_reports_each_seed_and_their_spread() {
         text.contains("3 seeds; a protected tenant above 2 % in 0"),
         "{text}"
     );
-    let bad = Command::new("python3")
-        .arg(&script)
-        .args(["on-off", "x"])
-        .output()
-        .unwrap();
+    let bad = analysis("seeds.py", &["on-off", "x"]);
     assert!(!bad.status.success());
     assert!(stderr(&bad).contains("whole numbers"), "{}", stderr(&bad));
 }
 
 #[test]
 fn the_cap_oracle_paces_the_noisy_tenants_at_what_floor_gave_them() {
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/analysis/cap-oracle.py");
-    let oracle = |args: &[&str]| {
-        Command::new("python3")
-            .arg(&script)
-            .args(args)
-            .env("IOFLOOR", env!("CARGO_BIN_EXE_iofloor"))
-            .output()
-            .expect("python3 runs")
-    };
-    let out = oracle(&["paced", "on-off", "0.5", "1.0"]);
+    let out = analysis("cap-oracle.py", &["paced", "on-off", "0.5", "1.0"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     let wc = |prefix: &str| -> f64 {
@@ -224,7 +218,7 @@ fn the_cap_oracle_paces_the_noisy_tenants_at_what_floor_gave_them() {
         (&["paced", "on-off", "0"][..], "shares must be above 0"),
         (&["paced", "nosuch"][..], "no shipped scenario"),
     ] {
-        let bad = oracle(args);
+        let bad = analysis("cap-oracle.py", args);
         assert!(!bad.status.success(), "{args:?}");
         assert!(stderr(&bad).contains(needle), "{args:?}: {}", stderr(&bad));
     }

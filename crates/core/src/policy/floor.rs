@@ -1125,22 +1125,24 @@ mod tests {
     #[test]
     fn a_tenant_back_from_idle_may_take_its_weights_part_of_the_rest_not_all() {
         let mut p = FloorPolicy::new(FloorParams::default(), ctx());
-        let weighted = |mut t: crate::model::TenantSample, weight: f64| {
-            std::sync::Arc::make_mut(&mut t.spec).weight = weight;
+        let with_spec = |mut t: crate::model::TenantSample,
+                         set: &dyn Fn(&mut crate::model::TenantSpec)| {
+            set(std::sync::Arc::make_mut(&mut t.spec));
             t
         };
         let with = |heavy: f64, caps: Caps| {
             vec![
                 tenant("q", Some(300.0), writes64k(300.0), Caps::NONE),
-                weighted(tenant("heavy", None, writes64k(heavy), caps), 300.0),
-                weighted(tenant("idle", None, writes64k(0.0), Caps::NONE), 100.0),
+                with_spec(tenant("heavy", None, writes64k(heavy), caps), &|s| {
+                    s.weight = 300.0
+                }),
+                with_spec(tenant("idle", None, writes64k(0.0), Caps::NONE), &|s| {
+                    s.weight = 100.0
+                }),
                 // A floor in bytes, not priced before the tenant's first I/O.
-                {
-                    let mut t = tenant("late", None, writes64k(0.0), Caps::NONE);
-                    std::sync::Arc::make_mut(&mut t.spec).floor =
-                        Some(crate::units::Rate::BytesPerSec(100.0 * 65536.0));
-                    t
-                },
+                with_spec(tenant("late", None, writes64k(0.0), Caps::NONE), &|s| {
+                    s.floor = Some(crate::units::Rate::BytesPerSec(100.0 * 65536.0))
+                }),
             ]
         };
         let first = p.decide(&snap(&with(700.0, Caps::NONE), 1));
