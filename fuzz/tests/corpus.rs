@@ -112,6 +112,7 @@ fn generated_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         floors: 0.55,
         hosts: 3,
         caps: vec![("quiet".into(), Caps::NONE), ("vm1".into(), caps)],
+        load: 0.3,
     };
     let floor = |floor| FloorSetting {
         schema: SCHEMA,

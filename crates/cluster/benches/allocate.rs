@@ -60,7 +60,7 @@ fn allocate(c: &mut Criterion) {
             None,
             1,
         );
-        let round = allocator.allocate(Duration::from_secs(1), &reports);
+        let round = allocator.allocate(Duration::from_secs(1), &reports, &[]);
         let report_bytes = reports[0].encode().len();
         let allocation_bytes = round.allocations[0].encode().len();
         println!(
@@ -76,7 +76,11 @@ fn allocate(c: &mut Criterion) {
             |b, reports| {
                 b.iter(|| {
                     step += 1;
-                    black_box(allocator.allocate(Duration::from_secs(step), black_box(reports)))
+                    black_box(allocator.allocate(
+                        Duration::from_secs(step),
+                        black_box(reports),
+                        &[],
+                    ))
                 })
             },
         );

@@ -305,6 +305,7 @@ impl Policy for AgentPolicy {
             interval,
             device: None,
             tenants: &tenants,
+            foreign_load: 0.0,
         };
         let caps = self.decide_and_note(&snapshot, hosts_seen);
         self.last = Some((tenants, interval));
@@ -355,6 +356,7 @@ mod tests {
                     ..Caps::NONE
                 },
             )],
+            load: 0.0,
         }
     }
 
@@ -364,6 +366,7 @@ mod tests {
             interval: Duration::from_secs(1),
             device: None,
             tenants,
+            foreign_load: 0.0,
         }
     }
 

@@ -23,7 +23,7 @@ pub mod view;
 pub mod wire;
 
 pub use agent::{AgentPolicy, AgentRule, Mailbox, Mode};
-pub use allocate::{Allocator, Conflict, Round};
+pub use allocate::{Allocator, Conflict, Ghost, Round, GHOST_HORIZON};
 #[cfg(feature = "etcd")]
 pub use coord::{CoordError, Coordinator, Etcd, EtcdOptions, Leadership};
 #[cfg(feature = "etcd")]
@@ -32,5 +32,5 @@ pub use local::LocalEtcd;
 pub use runtime::{
     start, AgentHandle, AgentSettings, ClusterError, ClusterReader, ClusterStatus, Keys, Role,
 };
-pub use view::ClusterView;
+pub use view::{ClusterView, QuietHost};
 pub use wire::{Allocation, HostReport, TenantReport, WireError, SCHEMA};

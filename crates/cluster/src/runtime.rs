@@ -11,10 +11,10 @@
 //! on its own (see [`crate::agent`]).
 
 use crate::agent::Mailbox;
-use crate::allocate::Allocator;
+use crate::allocate::{Allocator, GHOST_HORIZON};
 use crate::coord::{CoordError, Coordinator, Leadership, Lease};
 use crate::view::ClusterView;
-use crate::wire::{Allocation, FloorSetting, HostReport, SCHEMA};
+use crate::wire::{Allocation, FloorSetting, HostReport, WireError, SCHEMA};
 use iofloor_core::admission::{self, AdmissionVerdict};
 use iofloor_core::{CostModel, PolicyContext, PolicyKind, PolicyParams, Rate, TenantSpec, Usage};
 use serde::Serialize;
@@ -102,6 +102,9 @@ pub struct ClusterStatus {
     pub epoch: Option<i64>,
     /// Tenant names two hosts report with different promises.
     pub conflicts: Vec<String>,
+    /// On the allocator: hosts that stopped reporting with their caps in
+    /// force, whose last load it counts as load it cannot cap.
+    pub ghosts: Vec<String>,
     /// Times this agent has become allocator, and lost its lease.
     pub terms: u64,
     pub leases_lost: u64,
@@ -384,6 +387,7 @@ pub async fn start<C: Coordinator>(
         hosts: Vec::new(),
         epoch: None,
         conflicts: Vec::new(),
+        ghosts: Vec::new(),
         terms: 0,
         leases_lost: 0,
     }));
@@ -445,6 +449,15 @@ impl<C: Coordinator> Agent<C> {
                 Err(e) => warn!("leaving the cluster: {e}; the lease expires on its own"),
             }
         }
+        // The daemon lifts its caps as it stops: its allocation (after the
+        // report, so no round answers it again) would make the allocator
+        // count this host's last load as a ghost's.
+        let key = self
+            .keys
+            .allocation(&self.settings.device, &self.settings.host);
+        if let Err(e) = self.coord.delete(&key).await {
+            warn!("leaving the cluster: {e}; the allocator counts this host's last load for up to {} s", GHOST_HORIZON.as_secs());
+        }
     }
 
     fn start_campaign(&mut self) {
@@ -479,6 +492,7 @@ impl<C: Coordinator> Agent<C> {
         s.leases_lost += 1;
         s.role = Role::Agent;
         s.epoch = None;
+        s.ghosts.clear();
     }
 
     async fn renew(&mut self) {
@@ -627,20 +641,38 @@ impl<C: Coordinator> Agent<C> {
         if self.leading.is_none() {
             return Ok(());
         }
-        let prefix = self.keys.reports(&self.settings.device);
-        let mut reports = Vec::new();
-        for (key, bytes) in self.coord.get_prefix(&prefix).await? {
-            match HostReport::decode(&bytes) {
-                Ok(r) if key.strip_prefix(&prefix) == Some(r.host.as_str()) => reports.push(r),
-                Ok(r) => self.warn_once(&key, &format!("claims host `{}`", r.host)),
-                Err(e) => self.warn_once(&key, &e.to_string()),
-            }
-        }
+        let reports = self
+            .read_by_host(
+                &self.keys.reports(&self.settings.device),
+                HostReport::decode,
+                |r| &r.host,
+            )
+            .await?;
+        let standing = self
+            .read_by_host(
+                &self.keys.allocations(&self.settings.device),
+                Allocation::decode,
+                |a| &a.host,
+            )
+            .await?;
         let now = self.started.elapsed();
         let Some((leadership, allocator)) = &mut self.leading else {
             return Ok(());
         };
-        let round = allocator.allocate(now, &reports);
+        let round = allocator.allocate(now, &reports, &standing);
+        let ghosts: Vec<String> = round.ghosts.iter().map(|g| g.host.clone()).collect();
+        let counted = self
+            .status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .ghosts
+            .clone();
+        for g in round.ghosts.iter().filter(|g| !counted.contains(&g.host)) {
+            warn!(host = %g.host, load = g.load, "host stopped reporting with its caps in force: its last load is counted as load the cluster cannot cap, for up to {} s", GHOST_HORIZON.as_secs());
+        }
+        for host in counted.iter().filter(|h| !ghosts.contains(h)) {
+            info!(%host, "no longer counting a quiet host's last load (it reports again, it left, or its time is up)");
+        }
         let conflicts: Vec<String> = round.conflicts.iter().map(|c| c.tenant.clone()).collect();
         for c in &round.conflicts {
             let key = format!("conflict/{}", c.tenant);
@@ -659,17 +691,41 @@ impl<C: Coordinator> Agent<C> {
             .collect();
         let leadership = leadership.clone();
         let held = self.coord.put_fenced(&leadership, kvs).await?;
-        self.status
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .conflicts = conflicts;
+        {
+            let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            s.conflicts = conflicts;
+            s.ghosts = ghosts;
+        }
         if !held {
             warn!(host = %self.settings.host, epoch = leadership.epoch, "another agent is the allocator now; stepping down");
             self.leading = None;
-            self.status.lock().unwrap_or_else(|e| e.into_inner()).role = Role::Agent;
+            {
+                let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+                s.role = Role::Agent;
+                s.ghosts.clear();
+            }
             self.start_campaign();
         }
         Ok(())
+    }
+
+    /// The values under `prefix` that decode and sit under the name of the
+    /// host they are about; any other is ignored with one warning.
+    async fn read_by_host<T>(
+        &mut self,
+        prefix: &str,
+        decode: fn(&[u8]) -> Result<T, WireError>,
+        host_of: fn(&T) -> &str,
+    ) -> Result<Vec<T>, CoordError> {
+        let mut values = Vec::new();
+        for (key, bytes) in self.coord.get_prefix(prefix).await? {
+            match decode(&bytes) {
+                Ok(v) if key.strip_prefix(prefix) == Some(host_of(&v)) => values.push(v),
+                Ok(v) => self.warn_once(&key, &format!("claims host `{}`", host_of(&v))),
+                Err(e) => self.warn_once(&key, &e.to_string()),
+            }
+        }
+        Ok(values)
     }
 
     fn warn_once(&mut self, key: &str, message: &str) {

@@ -21,6 +21,20 @@ pub struct ClusterView {
     pub floors: Option<f64>,
     /// Hosts with a live report, in name order.
     pub hosts: Vec<HostView>,
+    /// Hosts with an allocation but no live report: gone quiet with their
+    /// caps in force (agent killed, host cut off) or left without deleting
+    /// it. The allocator counts their last load as load it cannot cap
+    /// (crate::allocate::Ghost), for a while.
+    #[serde(default)]
+    pub quiet: Vec<QuietHost>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuietHost {
+    pub host: String,
+    /// Its tenants' use in its last report, in cost units per second.
+    pub load: f64,
+    pub allocation: AllocationRef,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,7 +117,20 @@ impl ClusterView {
                     tenants,
                 }
             })
+            .collect::<Vec<HostView>>();
+        let mut quiet: Vec<QuietHost> = allocations
+            .iter()
+            .filter(|a| !hosts.iter().any(|h| h.host == a.host))
+            .map(|a| QuietHost {
+                host: a.host.clone(),
+                load: a.load,
+                allocation: AllocationRef {
+                    epoch: a.epoch,
+                    seq: a.seq,
+                },
+            })
             .collect();
+        quiet.sort_by(|a, b| a.host.cmp(&b.host));
         ClusterView {
             cluster: cluster.to_string(),
             device: device.to_string(),
@@ -112,6 +139,7 @@ impl ClusterView {
             capacity: newest.map(|a| a.capacity),
             floors: newest.map(|a| a.floors),
             hosts,
+            quiet,
         }
     }
 }
@@ -166,6 +194,7 @@ mod tests {
                     (t.to_string(), caps)
                 })
                 .collect(),
+            load: 0.0,
         }
     }
 
@@ -180,9 +209,12 @@ mod tests {
             ),
             report("h9", "other", &[("x", None, 5.0)]),
         ];
+        let mut quiet = allocation("h3", 6, 8, &[("etl", 500.0)]);
+        quiet.load = 0.12;
         let allocations = [
             allocation("h1", 7, 3, &[("db", 1200.0)]),
             allocation("h2", 6, 9, &[("noisy", 900.0)]),
+            quiet,
         ];
         let v = ClusterView::build("c", "shared", Some("h1".into()), &reports, &allocations);
         let hosts: Vec<&str> = v.hosts.iter().map(|h| h.host.as_str()).collect();
@@ -198,6 +230,15 @@ mod tests {
         );
         assert_eq!(h1.tenants[1].allocated, None, "not allocated yet");
         assert_eq!(h1.tenants[0].floor, Some(Rate::Iops(1000.0)));
+        assert_eq!(
+            v.quiet,
+            vec![QuietHost {
+                host: "h3".into(),
+                load: 0.12,
+                allocation: AllocationRef { epoch: 6, seq: 8 },
+            }],
+            "an allocation without a report"
+        );
         let empty = ClusterView::build("c", "shared", None, &[], &[]);
         assert!(empty.hosts.is_empty() && empty.capacity.is_none());
     }

@@ -75,6 +75,13 @@ pub struct Allocation {
     pub hosts: usize,
     /// Caps per tenant of this host, by tenant name.
     pub caps: Vec<(String, Caps)>,
+    /// What this host's tenants used in the report this allocation answers,
+    /// in cost units per second. Should the host stop reporting with its
+    /// caps still in force (agent killed, host cut off), the allocator
+    /// counts it as load it cannot cap (crate::allocate). Absent in
+    /// allocations of earlier iofloors: 0.
+    #[serde(default)]
+    pub load: f64,
 }
 
 /// A tenant's floor set for the whole cluster (`iofloor cluster set-floor`):
@@ -191,7 +198,11 @@ impl Check for FloorSetting {
 impl Check for Allocation {
     fn check(&self) -> Result<(), String> {
         check_interval(self.interval_s)?;
-        for (key, v) in [("capacity", self.capacity), ("floors", self.floors)] {
+        for (key, v) in [
+            ("capacity", self.capacity),
+            ("floors", self.floors),
+            ("load", self.load),
+        ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("{key} {v} is not a share of the device"));
             }
@@ -258,6 +269,7 @@ mod tests {
                     ..Caps::NONE
                 },
             )],
+            load: 0.2,
         }
     }
 
@@ -299,6 +311,18 @@ mod tests {
         a.caps[0].1.write_bps = Some(-5.0);
         let e = Allocation::decode(&a.encode()).unwrap_err();
         assert!(e.to_string().contains("cap -5"), "{e}");
+    }
+
+    #[test]
+    fn an_allocation_from_before_load_reads_as_no_load_and_a_negative_load_is_refused() {
+        let mut json: serde_json::Value = serde_json::from_slice(&allocation().encode()).unwrap();
+        json.as_object_mut().unwrap().remove("load");
+        let earlier = Allocation::decode(json.to_string().as_bytes()).unwrap();
+        assert_eq!(earlier.load, 0.0);
+        let mut a = allocation();
+        a.load = -0.1;
+        let e = Allocation::decode(&a.encode()).unwrap_err();
+        assert!(e.to_string().contains("load -0.1"), "{e}");
     }
 
     /// Found on the test bed: every agent's first report (its first tick

@@ -213,6 +213,21 @@ async fn one_allocator_holds_a_noisy_host_and_is_replaced_when_killed() {
         TTL
     );
     assert_eq!(allocators(&agents).len(), 1);
+    // The killed host's allocation stays in etcd: the new allocator counts
+    // its last load as load it cannot cap (its caps would still be in force).
+    let gone = agents[killed].host.clone();
+    wait_for(
+        "the new allocator counts the killed host",
+        Duration::from_secs(10),
+        || {
+            agents.iter().any(|a| {
+                a.handle
+                    .as_ref()
+                    .is_some_and(|h| h.status.lock().unwrap().ghosts == [gone.clone()])
+            })
+        },
+    )
+    .await;
 
     // One etcd member killed: the allocations go on.
     let survivor = agents.iter().position(|a| a.handle.is_some()).unwrap();
@@ -363,9 +378,13 @@ async fn a_lost_lease_rejoins_and_garbage_in_etcd_is_ignored() {
         a.feeder.abort();
         a.handle.take().unwrap().stop().await;
     }
-    // Leaving revokes the leases: claims and reports are gone, the
-    // allocations (not leased) stay for a host to find after a restart.
+    // Leaving revokes the leases (claims and reports go with them) and
+    // deletes the host's allocation, which is not leased: left behind, it
+    // would make an allocator count the host as gone quiet with its caps in
+    // force, and a restarted agent take it for fresh.
     let left = etcd.get_prefix(&keys.hosts()).await.unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    let left = etcd.get_prefix(&keys.allocations("shared")).await.unwrap();
     assert!(left.is_empty(), "{left:?}");
 }
 

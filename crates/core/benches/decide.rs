@@ -36,6 +36,7 @@ fn snapshot(step: u64, tenants: &[iofloor_core::TenantSample]) -> Snapshot<'_> {
             iops: 1000.0,
         }),
         tenants,
+        foreign_load: 0.0,
     }
 }
 

@@ -395,6 +395,7 @@ impl Controller {
             interval: dt.unwrap_or_default(),
             device,
             tenants: &samples,
+            foreign_load: 0.0,
         };
         // The one clock read of the control path, to report decision time.
         let started = Instant::now();

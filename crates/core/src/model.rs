@@ -277,6 +277,20 @@ impl Caps {
         }
     }
 
+    /// Each limit the tighter of the two (a limit beats none).
+    pub fn tighter(&self, other: &Caps) -> Caps {
+        let min = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Caps {
+            read_iops: min(self.read_iops, other.read_iops),
+            write_iops: min(self.write_iops, other.write_iops),
+            read_bps: min(self.read_bps, other.read_bps),
+            write_bps: min(self.write_bps, other.write_bps),
+        }
+    }
+
     /// Kernel interfaces take whole numbers, and 0 means "no limit" there, so a
     /// cap is rounded up and never below 1.
     pub fn rounded(&self) -> Caps {
@@ -310,4 +324,10 @@ pub struct Snapshot<'a> {
     pub interval: Duration,
     pub device: Option<DeviceSample>,
     pub tenants: &'a [TenantSample],
+    /// Load on the device the policy knows of but does not decide, in cost
+    /// units per second: in a cluster, the tenants of a host whose agent is
+    /// gone, still running at the caps it left. It is part of what the
+    /// device serves, and what it uses is not there to hand out. 0 on a
+    /// single host (load nobody reports is learned from the device alone).
+    pub foreign_load: f64,
 }

@@ -346,6 +346,7 @@ proptest! {
                 interval: Duration::from_secs(1),
                 device: Some(DeviceSample { utilisation: 1.0, avg_queue: queue[step], iops: 1000.0 }),
                 tenants: &snap_tenants,
+                foreign_load: 0.0,
             };
             caps = policy.decide(&snap);
             let allowed: Vec<f64> = caps.iter().map(|c| cost.cost_allowed_by(c, &unit).unwrap_or(f64::INFINITY)).collect();
@@ -506,6 +507,7 @@ fn an_idle_member_under_a_filled_ceiling_is_not_stopped_dead() {
                 iops: 1000.0,
             }),
             tenants: &snap_tenants,
+            foreign_load: 0.0,
         };
         caps = policy.decide(&snap);
         // Never seen doing I/O, the idle member's cap is priced at an

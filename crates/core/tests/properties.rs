@@ -140,6 +140,7 @@ proptest! {
                 interval: Duration::from_secs(1),
                 device: Some(DeviceSample { utilisation: 1.0, avg_queue, iops: 1000.0 }),
                 tenants: &samples,
+                foreign_load: 0.0,
             };
             // Some decisions are early ones, on a look's stretch of any
             // queue and rate.
@@ -200,6 +201,7 @@ proptest! {
                 interval: Duration::from_secs(1),
                 device: device.map(|(avg_queue, iops)| DeviceSample { utilisation: 1.0, avg_queue, iops }),
                 tenants: &samples,
+                foreign_load: 0.0,
             };
             caps = decide(policy.as_mut(), &snap, early[step]);
             let after = policy.capacity_estimate().unwrap();
@@ -232,7 +234,7 @@ proptest! {
                 usage: if missing && i % 2 == 0 { None } else { Some(mix(c).scaled(c.demand[step as usize] * 50_000.0)) },
                 caps: Caps::NONE,
             }).collect();
-            let snap = Snapshot { now: Duration::from_secs(step * 5), interval: Duration::from_secs(5), device: None, tenants: &samples };
+            let snap = Snapshot { now: Duration::from_secs(step * 5), interval: Duration::from_secs(5), device: None, tenants: &samples, foreign_load: 0.0 };
             let caps = p.decide(&snap);
             prop_assert_eq!(caps.len(), samples.len());
             for cap in caps {

@@ -101,6 +101,7 @@ pub struct Metrics {
     cluster_allocator: Family<ClusterLabels, GaugeF>,
     cluster_connected: Family<ClusterLabels, GaugeF>,
     cluster_hosts: Family<ClusterLabels, GaugeF>,
+    cluster_quiet_hosts: Family<ClusterLabels, GaugeF>,
     cluster_allocation_age: Family<ClusterLabels, GaugeF>,
     cluster_leases_lost: Family<ClusterLabels, GaugeF>,
     cluster_mode: Family<ClusterModeLabels, GaugeF>,
@@ -150,6 +151,7 @@ impl Metrics {
             cluster_allocator: Family::default(),
             cluster_connected: Family::default(),
             cluster_hosts: Family::default(),
+            cluster_quiet_hosts: Family::default(),
             cluster_allocation_age: Family::default(),
             cluster_leases_lost: Family::default(),
             cluster_mode: Family::default(),
@@ -289,6 +291,11 @@ impl Metrics {
             "iofloor_cluster_hosts",
             "Hosts whose agents hold a claim in etcd",
             m.cluster_hosts.clone(),
+        );
+        r.register(
+            "iofloor_cluster_quiet_hosts",
+            "On the allocator: hosts gone quiet with their caps in force, whose last load it counts",
+            m.cluster_quiet_hosts.clone(),
         );
         r.register(
             "iofloor_cluster_allocation_age_seconds",
@@ -483,6 +490,9 @@ impl Metrics {
         self.cluster_hosts
             .get_or_create(&l)
             .set(c.hosts.len() as f64);
+        self.cluster_quiet_hosts
+            .get_or_create(&l)
+            .set(c.ghosts.len() as f64);
         self.cluster_leases_lost
             .get_or_create(&l)
             .set(c.leases_lost as f64);

@@ -223,6 +223,10 @@ pub struct ClusterView {
     /// Age of the allocation in force, by this host's clock.
     pub allocation_age_s: Option<f64>,
     pub conflicts: Vec<String>,
+    /// On the allocator: hosts gone quiet with their caps in force, whose
+    /// last load it counts as load it cannot cap.
+    #[serde(default)]
+    pub ghosts: Vec<String>,
     pub leases_lost: u64,
 }
 

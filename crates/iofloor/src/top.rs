@@ -371,7 +371,7 @@ fn cluster_screen(url: &str, by: SortBy) -> anyhow::Result<(Screen, Duration)> {
         .map(|h| format!("{} {:.0} IOPS", h.host, h.iops))
         .collect();
     let number = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into());
-    let title = vec![
+    let mut title = vec![
         status_line(&status),
         format!(
             "cluster {} · device {} · allocator {} (epoch {}) · capacity {} · floors {} · {} hosts: {}",
@@ -385,6 +385,17 @@ fn cluster_screen(url: &str, by: SortBy) -> anyhow::Result<(Screen, Duration)> {
             hosts.join(", ")
         ),
     ];
+    if !view.quiet.is_empty() {
+        let quiet: Vec<String> = view
+            .quiet
+            .iter()
+            .map(|q| format!("{} {:.3}", q.host, q.load))
+            .collect();
+        title.push(format!(
+            "quiet hosts, caps still in force (last load): {}",
+            quiet.join(", ")
+        ));
+    }
     let screen = Screen {
         title,
         header: &CLUSTER_HEADER,

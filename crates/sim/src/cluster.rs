@@ -9,6 +9,9 @@
 //! `lease_ttl` more); when the allocator's lease ends, the first live,
 //! reachable host (in the scenario's order) takes over, resuming from the
 //! capacity the last allocation it received carried, with a higher epoch.
+//! Allocations are not bound to a lease: etcd keeps each host's last one,
+//! which is how an allocator knows a host that went quiet with its caps in
+//! force (a [`iofloor_cluster::Ghost`]).
 //! Everything happens at simulated times, so a run is deterministic (but
 //! for the allocator's round times, which are measured).
 
@@ -64,6 +67,8 @@ pub(crate) struct SimCluster {
     hosts: Vec<SimHost>,
     /// The host that allocates and its allocator.
     allocator: Option<(usize, Allocator)>,
+    /// Each host's last allocation that reached etcd, read or not.
+    standing: Vec<Option<Allocation>>,
     epoch: i64,
     kind: PolicyKind,
     params: iofloor_core::PolicyParams,
@@ -134,6 +139,7 @@ impl SimCluster {
             })
             .collect();
         SimCluster {
+            standing: vec![None; shape.hosts.len()],
             shape,
             hosts,
             allocator: None,
@@ -244,7 +250,8 @@ impl SimCluster {
             return None;
         }
         let started = std::time::Instant::now();
-        let round = allocator.allocate(now, &reports);
+        let standing: Vec<Allocation> = self.standing.iter().flatten().cloned().collect();
+        let round = allocator.allocate(now, &reports, &standing);
         let took = started.elapsed();
         self.exchange.rounds += 1;
         self.exchange.round_total += took;
@@ -260,6 +267,7 @@ impl SimCluster {
         let Some(h) = self.shape.hosts.iter().position(|n| *n == allocation.host) else {
             return;
         };
+        self.standing[h] = Some(allocation.clone());
         let host = &mut self.hosts[h];
         if host.alive && host.reachable {
             self.exchange.allocation_bytes += allocation.encode().len() as u64;

@@ -131,6 +131,7 @@ mod tests {
             interval: Duration::from_secs(1),
             device: None,
             tenants: &tenants,
+            foreign_load: 0.0,
         };
         let caps = p.decide(&snap);
         // 1,000 IOPS device split 3:1.
@@ -146,6 +147,7 @@ mod tests {
         ];
         let again = p.decide(&Snapshot {
             tenants: &idle,
+            foreign_load: 0.0,
             ..snap
         });
         assert_eq!(again, caps);

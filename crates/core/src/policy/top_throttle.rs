@@ -195,6 +195,7 @@ mod tests {
             interval: Duration::from_secs(1),
             device: None,
             tenants: &tenants,
+            foreign_load: 0.0,
         };
         let caps = p.decide(&at(0));
         assert!(
@@ -217,6 +218,7 @@ mod tests {
             interval: Duration::from_secs(1),
             device: None,
             tenants: &held,
+            foreign_load: 0.0,
         };
         assert_eq!(p.decide(&at59), caps);
         let quiet_load = vec![
@@ -228,6 +230,7 @@ mod tests {
             interval: Duration::from_secs(1),
             device: None,
             tenants: &quiet_load,
+            foreign_load: 0.0,
         };
         assert_eq!(p.decide(&later), vec![Caps::NONE, Caps::NONE]);
     }

@@ -41,6 +41,10 @@ impl Service {
                 .as_ref()
                 .map(|s| s.conflicts.clone())
                 .unwrap_or_default(),
+            ghosts: status
+                .as_ref()
+                .map(|s| s.ghosts.clone())
+                .unwrap_or_default(),
             leases_lost: status.map(|s| s.leases_lost).unwrap_or(0),
         })
     }
