@@ -8,7 +8,7 @@
 use crate::wire::{Allocation, HostReport, SCHEMA};
 use iofloor_core::{
     build_policy, DeviceSample, Policy, PolicyContext, PolicyKind, PolicyParams, Snapshot,
-    TenantSample, TenantSpec,
+    TenantSample, TenantSpec, Usage,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -212,12 +212,7 @@ impl Allocator {
             .filter(|s| s.is_finite() && *s > 0.0)
             .fold(0.0, f64::max);
         let foreign_load: f64 = ghosts.iter().map(|g| g.load).sum();
-        let reported: f64 = samples
-            .iter()
-            .filter_map(|t| t.usage)
-            .map(|u| self.cost.cost_rate(&u))
-            .filter(|c| c.is_finite())
-            .sum();
+        let reported = self.load_of(samples.iter().map(|t| &t.usage));
         let device = merge_device(reports.iter().filter_map(|r| r.local_device)).map(|mut d| {
             // The quiet hosts' I/O waits in the same queue as the reporting
             // hosts' but shows in none of their counters: by Little's law,
@@ -274,13 +269,7 @@ impl Allocator {
                     .filter(|((host, _), _)| *host == r.host)
                     .map(|((_, tenant), caps)| (tenant.to_string(), *caps))
                     .collect(),
-                load: r
-                    .tenants
-                    .iter()
-                    .filter_map(|t| t.usage)
-                    .map(|u| self.cost.cost_rate(&u))
-                    .filter(|c| c.is_finite())
-                    .sum(),
+                load: self.load_of(r.tenants.iter().map(|t| &t.usage)),
             })
             .collect();
         Round {
@@ -290,6 +279,16 @@ impl Allocator {
             floors,
             ghosts,
         }
+    }
+
+    /// What tenants used, in cost units per second (those without a
+    /// trustworthy sample count nothing).
+    fn load_of<'a>(&self, usage: impl Iterator<Item = &'a Option<Usage>>) -> f64 {
+        usage
+            .flatten()
+            .map(|u| self.cost.cost_rate(u))
+            .filter(|c| c.is_finite())
+            .sum()
     }
 
     /// The standing allocations of this device whose host does not report,
