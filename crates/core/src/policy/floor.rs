@@ -694,7 +694,7 @@ impl FloorPolicy {
         // counted, the loop learns the device, not what the others leave of
         // it, and a probe past the device's level is bounded by the model
         // (simulated `noisy-20-cluster`: without it the new allocator learned
-        // 0.72 of the device and probed past that every ~35 s).
+        // 0.72 of the device and probed past that level, overshooting).
         let foreign = Some(snapshot.foreign_load)
             .filter(|f| f.is_finite())
             .map_or(0.0, |f| f.max(0.0));
@@ -1180,7 +1180,7 @@ mod tests {
     /// Caps another decider set (a cluster's previous allocator, or a host's
     /// fallback rule below what this policy decided) hold a tenant as ours
     /// do: pressing against them, it is not taken for satisfied and let go.
-    /// (Both halves fail with only this policy's own caps counted.)
+    /// (It fails with only this policy's own caps counted.)
     #[test]
     fn caps_in_force_that_another_decider_set_hold_a_tenant_as_ours_do() {
         let held = Caps {
