@@ -93,13 +93,15 @@ proptest! {
 
     /// Whatever the load, `floor` never sets a cap that would hold a tenant
     /// below its floor, as long as the floors fit the device together: the
-    /// model's capacity, and what the policy learned of the device's.
+    /// model's capacity, and what the policy learned of the device's, less
+    /// any load beside ours it is told of (a cluster host gone quiet).
     #[test]
     fn floor_never_caps_below_entitlement(
         cases in prop::collection::vec(tenant_case(12), 1..12),
         knee in prop::option::of(1.0..64.0f64),
         queue in prop::collection::vec(0.0..100.0f64, 12),
         early in prop::collection::vec(prop::option::of((0.0..200.0f64, 0.0..5000.0f64)), 12),
+        foreign in prop::collection::vec(prop::sample::select(vec![0.0, 0.0, 0.1, 0.3, 0.9]), 12),
     ) {
         let cost = model();
         let params = FloorParams { queue_knee: knee, ..FloorParams::default() };
@@ -140,7 +142,8 @@ proptest! {
                 interval: Duration::from_secs(1),
                 device: Some(DeviceSample { utilisation: 1.0, avg_queue, iops: 1000.0 }),
                 tenants: &samples,
-                foreign_load: 0.0,
+                // A cluster host gone quiet: load beside ours, any share of it.
+                foreign_load: foreign[step],
             };
             // Some decisions are early ones, on a look's stretch of any
             // queue and rate.
@@ -168,13 +171,15 @@ proptest! {
     /// went backwards (over an interval or a look's stretch) never move the
     /// learned capacity out of its bounds, and an interval without them
     /// leaves it where it was: bad reads can neither hand out more than the
-    /// last estimate nor squeeze the tenants.
+    /// last estimate nor squeeze the tenants. A foreign load that is
+    /// negative, absurd or not a number changes none of that.
     #[test]
     fn learned_capacity_stays_bounded_on_any_device_path(
         cases in prop::collection::vec(tenant_case(30), 1..6),
         path in prop::collection::vec(prop::option::of((0.0..1e4f64, prop::sample::select(vec![0.0, 1.0, 1e3, 1e6, f64::NAN, f64::INFINITY]))), 30),
         target in prop::option::of(50.0..5000.0f64),
         early in prop::collection::vec(prop::option::of((0.0..1e4f64, prop::sample::select(vec![0.0, 1.0, 1e3, 1e6, f64::NAN, f64::INFINITY]))), 30),
+        foreign in prop::collection::vec(prop::sample::select(vec![0.0, 0.2, 5.0, -1.0, f64::NAN, f64::INFINITY]), 30),
     ) {
         let cost = model();
         let params = FloorParams {
@@ -201,7 +206,7 @@ proptest! {
                 interval: Duration::from_secs(1),
                 device: device.map(|(avg_queue, iops)| DeviceSample { utilisation: 1.0, avg_queue, iops }),
                 tenants: &samples,
-                foreign_load: 0.0,
+                foreign_load: foreign[step],
             };
             caps = decide(policy.as_mut(), &snap, early[step]);
             let after = policy.capacity_estimate().unwrap();

@@ -943,14 +943,15 @@ impl FloorPolicy {
             .enumerate()
             .map(|(i, t)| {
                 let prev_cap = priced.prev[i].cap;
-                // A group member's part of the group's floor may be lent to
-                // a sibling while it is idle; it comes back at once, as a
-                // floor of its own would (flat tenants' caps never fall below
-                // their floors in the first place).
-                let own_part = match priced.tree.parent(i) {
-                    Some(_) => priced.reserved[i] * floors_fit * ENFORCEMENT_MARGIN,
-                    None => 0.0,
-                };
+                // What must be there at once when the tenant asks: its own
+                // floor, or a group member's part of the group's (lent to a
+                // sibling while it is idle), scaled as every floor is while
+                // they do not fit. An idle tenant's cap set while they did
+                // not fit would otherwise come back only by the release
+                // factor once they fit again (property test: a capacity cut
+                // below one idle tenant's floor left it capped at 0.1 % of
+                // its floor in the next interval, with every floor fitting).
+                let own_part = priced.reserved[i] * floors_fit * ENFORCEMENT_MARGIN;
                 let limited = |c: f64| -> Option<f64> {
                     if c >= capacity && t.ceiling >= capacity {
                         None
