@@ -55,6 +55,15 @@ pub struct AllocationRef {
     pub seq: u64,
 }
 
+impl From<&Allocation> for AllocationRef {
+    fn from(a: &Allocation) -> AllocationRef {
+        AllocationRef {
+            epoch: a.epoch,
+            seq: a.seq,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TenantRow {
     pub name: String,
@@ -110,10 +119,7 @@ impl ClusterView {
                     host: r.host.clone(),
                     iops: tenants.iter().filter_map(|t| t.iops).sum(),
                     bytes_per_s: tenants.iter().filter_map(|t| t.bytes_per_s).sum(),
-                    allocation: allocation.map(|a| AllocationRef {
-                        epoch: a.epoch,
-                        seq: a.seq,
-                    }),
+                    allocation: allocation.map(|a| AllocationRef::from(*a)),
                     tenants,
                 }
             })
@@ -124,10 +130,7 @@ impl ClusterView {
             .map(|a| QuietHost {
                 host: a.host.clone(),
                 load: a.load,
-                allocation: AllocationRef {
-                    epoch: a.epoch,
-                    seq: a.seq,
-                },
+                allocation: AllocationRef::from(*a),
             })
             .collect();
         quiet.sort_by(|a, b| a.host.cmp(&b.host));

@@ -68,7 +68,7 @@ pub(crate) struct SimCluster {
     /// The host that allocates and its allocator.
     allocator: Option<(usize, Allocator)>,
     /// Each host's last allocation that reached etcd, read or not.
-    standing: Vec<Option<Allocation>>,
+    standing: Vec<Allocation>,
     epoch: i64,
     kind: PolicyKind,
     params: iofloor_core::PolicyParams,
@@ -139,7 +139,7 @@ impl SimCluster {
             })
             .collect();
         SimCluster {
-            standing: vec![None; shape.hosts.len()],
+            standing: Vec::new(),
             shape,
             hosts,
             allocator: None,
@@ -250,8 +250,7 @@ impl SimCluster {
             return None;
         }
         let started = std::time::Instant::now();
-        let standing: Vec<Allocation> = self.standing.iter().flatten().cloned().collect();
-        let round = allocator.allocate(now, &reports, &standing);
+        let round = allocator.allocate(now, &reports, &self.standing);
         let took = started.elapsed();
         self.exchange.rounds += 1;
         self.exchange.round_total += took;
@@ -267,7 +266,10 @@ impl SimCluster {
         let Some(h) = self.shape.hosts.iter().position(|n| *n == allocation.host) else {
             return;
         };
-        self.standing[h] = Some(allocation.clone());
+        match self.standing.iter_mut().find(|a| a.host == allocation.host) {
+            Some(standing) => *standing = allocation.clone(),
+            None => self.standing.push(allocation.clone()),
+        }
         let host = &mut self.hosts[h];
         if host.alive && host.reachable {
             self.exchange.allocation_bytes += allocation.encode().len() as u64;

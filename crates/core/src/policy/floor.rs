@@ -695,9 +695,11 @@ impl FloorPolicy {
         // it, and a probe past the device's level is bounded by the model
         // (simulated `noisy-20-cluster`: without it the new allocator learned
         // 0.72 of the device and probed past that level, overshooting).
-        let foreign = Some(snapshot.foreign_load)
-            .filter(|f| f.is_finite())
-            .map_or(0.0, |f| f.max(0.0));
+        let foreign = if snapshot.foreign_load.is_finite() {
+            snapshot.foreign_load.max(0.0)
+        } else {
+            0.0
+        };
         let (device, served) = match (early_seen, snapshot.device) {
             (Some(&seen), Some(dev)) if dev.iops > 0.0 && seen.iops.is_finite() => (
                 Some(seen),

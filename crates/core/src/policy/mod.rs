@@ -78,7 +78,9 @@ pub trait Policy: Send {
 /// units per second.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Feasibility {
-    /// The capacity the policy believes in (learned, or the model's).
+    /// The capacity the policy believes in (learned, or the model's), less
+    /// the load beside ours it was told of (`Snapshot::foreign_load`): what
+    /// the floors must fit into.
     pub capacity: f64,
     /// What the floors of the tenants doing I/O cost.
     pub floors: f64,
