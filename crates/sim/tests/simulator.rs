@@ -348,6 +348,38 @@ fn looks_between_intervals_answer_a_burst_before_the_interval_ends() {
     }
 }
 
+/// Issue 10, `latency_target`: an operator's target below what the device
+/// does with hardly an I/O waiting is met by no cap. It must never cost a
+/// floor: it is judged at the device's service time instead, and the
+/// floors hold as without a target. Taken as given, `churn` missed 18.7 %
+/// of its windows and `on-off` 8.1 %.
+#[test]
+fn a_latency_target_out_of_the_devices_reach_never_costs_a_floor() {
+    for name in ["churn", "on-off"] {
+        let mut sc = Scenario::load(&scenario_path(name)).unwrap();
+        // 64 KiB writes take about 6 ms on these devices.
+        sc.policy.floor.latency_target = Some(iofloor_core::units::quantity::DurationQ(
+            std::time::Duration::from_millis(1),
+        ));
+        let m = measured(&sc, &[PolicyKind::Floor]);
+        let floor = &m["floor"];
+        let wc = floor.work_conservation.unwrap();
+        eprintln!(
+            "{name} with a 1 ms target: floor-miss {:.4}, WC {wc:.3}, p99 ratio {:?}",
+            floor.floor_miss_rate, floor.protected_p99_ratio
+        );
+        assert!(
+            floor.floor_miss_rate <= 0.01,
+            "{name}: floor-miss {}",
+            floor.floor_miss_rate
+        );
+        every_protected_tenant_within_2_percent(name, floor);
+        // Judged at the service time, the noisy tenants still get most of
+        // what is left (taken as given: 0.24 and 0.65).
+        assert!(wc >= 0.9, "{name}: work conservation {wc}");
+    }
+}
+
 /// Issue 11's cluster scenarios: tenants on several hosts share one device.
 /// Each host alone (the single-host daemon on every host) cannot see the
 /// others' load; the cluster's allocator over every host's reports keeps

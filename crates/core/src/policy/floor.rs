@@ -88,7 +88,9 @@ pub struct FloorParams {
     pub latency_factor: f64,
     /// Mean device latency above which the device counts as overloaded
     /// (`"2ms"`), for operators who know their device; it takes precedence
-    /// over `queue_knee` and the automatic baseline.
+    /// over `queue_knee` and the automatic baseline. Never judged below
+    /// 1.25 × the device's service time, which no cap gets under
+    /// (`CapacityLoop`).
     pub latency_target: Option<crate::units::quantity::DurationQ>,
     /// The most the learned capacity may reach, as a multiple of the model's
     /// (a conservative model leaves the device partly idle otherwise).
@@ -720,6 +722,7 @@ impl FloorPolicy {
                 contended: total + foreign >= p.border * self.capacity.estimate(),
                 interval: Some(snapshot.interval),
                 floors_need: (priced.reserved.iter().sum::<f64>() + foreign) / p.target_utilisation,
+                handed_out: p.target_utilisation,
                 early: early_seen.is_some(),
             }),
             None => self.capacity.estimate(),
@@ -745,6 +748,8 @@ impl FloorPolicy {
             capacity,
             floors,
             shortfall: (floors - can_give).max(0.0),
+            latency_threshold_us: self.capacity.latency_threshold_us(),
+            latency_target_in_reach: self.capacity.target_in_reach(),
         });
         // Only tenants doing I/O compete; one alone needs no cap but its ceiling.
         DeviceVerdict {

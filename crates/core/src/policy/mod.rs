@@ -88,6 +88,16 @@ pub struct Feasibility {
     /// capacity); 0 when they fit. While positive, every entitlement is
     /// scaled down by the same factor.
     pub shortfall: f64,
+    /// The mean device latency above which the device counts as
+    /// overloaded, in µs (`CapacityLoop::latency_threshold_us`); `None`
+    /// where a queue knee judges or there is no baseline yet.
+    #[serde(default)]
+    pub latency_threshold_us: Option<f64>,
+    /// Whether the operator's `latency_target` is within the device's reach
+    /// (not below the lowest latency it showed in the last minute); `None`
+    /// without a target.
+    #[serde(default)]
+    pub latency_target_in_reach: Option<bool>,
 }
 
 impl Feasibility {
