@@ -90,6 +90,7 @@ pub struct Metrics {
     device_latency: Family<DeviceLabels, GaugeF>,
     floors_feasible: Family<DeviceLabels, GaugeF>,
     floor_shortfall: Family<DeviceLabels, GaugeF>,
+    latency_threshold: Family<DeviceLabels, GaugeF>,
     tenants: Family<DeviceLabels, GaugeF>,
     decision: Histogram,
     tick_duration: Histogram,
@@ -139,6 +140,7 @@ impl Metrics {
             device_latency: Family::default(),
             floors_feasible: Family::default(),
             floor_shortfall: Family::default(),
+            latency_threshold: Family::default(),
             tenants: Family::default(),
             decision: Histogram::new(exponential_buckets(1e-6, 4.0, 10)),
             // 10 µs .. 2.6 s: a tick of 100 tenants takes about a millisecond.
@@ -240,6 +242,11 @@ impl Metrics {
             "iofloor_device_floor_shortfall_cost",
             "How much the active floors exceed what can be handed out, in cost units per second",
             m.floor_shortfall.clone(),
+        );
+        r.register(
+            "iofloor_device_latency_threshold_seconds",
+            "Mean device latency above which the policy counts the device as overloaded: latency_target, raised to 1.25 x the device's service time when below it, or the automatic threshold",
+            m.latency_threshold.clone(),
         );
         r.register(
             "iofloor_tenants",
@@ -461,6 +468,10 @@ impl Metrics {
                 state.floors_feasible.map(|f| if f { 1.0 } else { 0.0 }),
             ),
             (&self.floor_shortfall, state.floor_shortfall),
+            (
+                &self.latency_threshold,
+                state.latency_threshold_us.map(|us| us / 1e6),
+            ),
         ] {
             match value {
                 Some(v) => {
@@ -592,5 +603,36 @@ mod tests {
         );
         assert!(!classic.contains("# EOF"));
         assert!(m.encode().ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn the_latency_threshold_in_force_is_shown_while_there_is_one() {
+        let m = Metrics::new("h1");
+        let mut state = crate::view::DeviceState {
+            device: "7:0".into(),
+            path: "/dev/loop0".into(),
+            utilisation: Some(0.5),
+            avg_queue: Some(0.9),
+            capacity_estimate: Some(1.0),
+            latency_us: Some(6_300.0),
+            floors_feasible: Some(true),
+            floor_shortfall: Some(0.0),
+            latency_threshold_us: Some(7_875.0),
+            latency_target_in_reach: Some(false),
+        };
+        m.device(&state, 3);
+        let text = m.encode();
+        assert!(
+            text.contains("iofloor_device_latency_threshold_seconds{"),
+            "{text}"
+        );
+        assert!(text.contains("} 0.007875\n"), "{text}");
+        state.latency_threshold_us = None;
+        m.device(&state, 3);
+        let text = m.encode();
+        assert!(
+            !text.contains("iofloor_device_latency_threshold_seconds{"),
+            "a threshold gone is no stale series: {text}"
+        );
     }
 }

@@ -106,6 +106,15 @@ pub struct DeviceState {
     /// How much the floors exceed it, in cost units per second.
     #[serde(default)]
     pub floor_shortfall: Option<f64>,
+    /// The mean device latency above which the policy counts the device as
+    /// overloaded (µs): `latency_target`, raised to 1.25 × the device's
+    /// service time when below it; the automatic threshold without one.
+    #[serde(default)]
+    pub latency_threshold_us: Option<f64>,
+    /// Whether `latency_target` is within the device's reach (`None`
+    /// without a target).
+    #[serde(default)]
+    pub latency_target_in_reach: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

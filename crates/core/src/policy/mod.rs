@@ -94,7 +94,7 @@ pub struct Feasibility {
     #[serde(default)]
     pub latency_threshold_us: Option<f64>,
     /// Whether the operator's `latency_target` is within the device's reach
-    /// (not below the lowest latency it showed in the last minute); `None`
+    /// (not below 1.25 × its service time, `CapacityLoop::target_in_reach`); `None`
     /// without a target.
     #[serde(default)]
     pub latency_target_in_reach: Option<bool>,

@@ -141,6 +141,8 @@ pub(super) fn build_device(
             latency_us: None,
             floors_feasible: None,
             floor_shortfall: None,
+            latency_threshold_us: None,
+            latency_target_in_reach: None,
             capacity_estimate: None,
         },
     })
@@ -286,6 +288,23 @@ impl Service {
         }
         d.state.floors_feasible = feasible;
         d.state.floor_shortfall = feasibility.map(|f| f.shortfall);
+        let in_reach = feasibility.and_then(|f| f.latency_target_in_reach);
+        let threshold_us = feasibility.and_then(|f| f.latency_threshold_us);
+        if in_reach.is_some() && in_reach != d.state.latency_target_in_reach {
+            match in_reach {
+                Some(false) => warn!(
+                    device = %d.config.name,
+                    judged_at_us = threshold_us,
+                    "latency_target is below 1.25 x this device's service time (its lowest mean latency of the last minute with at most 4 I/Os in flight): no cap can meet it, so overload is judged at that and floors are kept"
+                ),
+                Some(true) if d.state.latency_target_in_reach.is_some() => {
+                    info!(device = %d.config.name, "latency_target is within the device's reach again")
+                }
+                _ => {}
+            }
+        }
+        d.state.latency_target_in_reach = in_reach;
+        d.state.latency_threshold_us = threshold_us;
         let errors: HashMap<&str, &str> = report
             .errors
             .iter()
@@ -363,6 +382,8 @@ mod tests {
             latency_us: None,
             floors_feasible: None,
             floor_shortfall: None,
+            latency_threshold_us: None,
+            latency_target_in_reach: None,
         }
     }
 
