@@ -419,10 +419,7 @@ impl CapacityLoop {
         // back) or was not contended: a device busy from the first interval
         // would otherwise take its queueing for its unloaded latency.
         if !obs.held_by_device || !obs.contended {
-            if self.recent_us.len() == BASELINE_WINDOW {
-                self.recent_us.pop_front();
-            }
-            self.recent_us.push_back(l);
+            push_bounded(&mut self.recent_us, l, BASELINE_WINDOW);
             self.unloaded_seen |= obs.avg_queue.is_none_or(|q| q <= UNLOADED_QUEUE);
         }
         Some(load)
@@ -432,10 +429,7 @@ impl CapacityLoop {
     /// latency is the device's own service time, which no cap brings down.
     fn record_service(&mut self, obs: &Observation, latency_us: f64) {
         if obs.avg_queue.is_some_and(|q| q <= UNLOADED_QUEUE) {
-            if self.recent_service_us.len() == BASELINE_WINDOW {
-                self.recent_service_us.pop_front();
-            }
-            self.recent_service_us.push_back(latency_us);
+            push_bounded(&mut self.recent_service_us, latency_us, BASELINE_WINDOW);
         }
     }
 
@@ -482,10 +476,7 @@ impl CapacityLoop {
     /// without a target.
     pub fn target_in_reach(&self) -> Option<bool> {
         let target = self.settings.latency_target_us?;
-        Some(
-            self.service_us()
-                .is_none_or(|service| target >= TARGET_REACH * service),
-        )
+        Some(self.target_us()? <= target)
     }
 
     /// Learns from one interval; returns the new estimate.
@@ -505,10 +496,7 @@ impl CapacityLoop {
         // return went below the floors' need and stayed there.
         let asked_more = obs.held_by_device || obs.wants_more || obs.contended;
         if let Some(s) = served.filter(|_| asked_more && !obs.early) {
-            if self.recent_served.len() == SUSTAINED_INTERVALS {
-                self.recent_served.pop_front();
-            }
-            self.recent_served.push_back(s);
+            push_bounded(&mut self.recent_served, s, SUSTAINED_INTERVALS);
         }
         // With nothing sustained yet (a look's figures do not count), nothing
         // says the floors do not fit: as 0, a look's overload at the start
@@ -734,11 +722,10 @@ impl CapacityLoop {
         // (one a tenant's return from idle caused, whose burst was served
         // in part). Regained like the overload's level, not only by probes
         // after their wait of 8 intervals or more.
-        let reference = if floor_short {
-            self.reference().max(obs.floors_need.min(high))
-        } else {
-            self.reference()
-        };
+        let mut reference = self.reference();
+        if floor_short {
+            reference = reference.max(obs.floors_need.min(high));
+        }
         let grown = if self.estimate < reference {
             let grown = (self.estimate * (1.0 + self.step))
                 .max(self.estimate + gap_share * (reference - self.estimate))
@@ -789,6 +776,14 @@ impl CapacityLoop {
     }
 }
 
+/// Appends `value` to a window of the last `len` values, dropping the oldest.
+fn push_bounded(window: &mut std::collections::VecDeque<f64>, value: f64, len: usize) {
+    if window.len() == len {
+        window.pop_front();
+    }
+    window.push_back(value);
+}
+
 /// How loaded an interval shows the device.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Load {
@@ -835,13 +830,7 @@ mod tests {
 
     #[test]
     fn a_resumed_estimate_is_held_before_it_is_probed_past() {
-        let mut c = CapacityLoop::new(
-            CapacitySettings {
-                latency_target_us: Some(1000.0),
-                ..settings()
-            },
-            1.0,
-        );
+        let mut c = with_target_of(1000.0);
         c.resume(0.7);
         assert_eq!(c.estimate(), 0.7);
         // Clear room (latency far below the target) and tenants asking for
@@ -1005,13 +994,7 @@ mod tests {
         assert_eq!(over.verdict(), Verdict::Overloaded);
         assert!(!over.overloaded_in_part(Some(5_000.0), Some(30.0)));
         // The operator's target and the calibrated knee judge as an interval.
-        let target = CapacityLoop::new(
-            CapacitySettings {
-                latency_target_us: Some(2_000.0),
-                ..settings()
-            },
-            1.0,
-        );
+        let target = with_target_of(2_000.0);
         assert!(target.overloaded_in_part(Some(2_500.0), Some(1.0)));
         assert!(!target.overloaded_in_part(Some(1_500.0), Some(50.0)));
         let knee = CapacityLoop::new(
@@ -1187,9 +1170,13 @@ mod tests {
 
     /// A saturated device under an operator's target.
     fn with_target() -> CapacityLoop {
+        with_target_of(200.0)
+    }
+
+    fn with_target_of(target_us: f64) -> CapacityLoop {
         CapacityLoop::new(
             CapacitySettings {
-                latency_target_us: Some(200.0),
+                latency_target_us: Some(target_us),
                 ..settings()
             },
             1.0,
@@ -1407,13 +1394,7 @@ mod tests {
         // Writes that take 6.3 ms with less than one I/O in flight: a 4 ms
         // target is met by no cap. Judged as given, every interval was an
         // overload and the estimate fell to what the quiet tenants asked.
-        let mut c = CapacityLoop::new(
-            CapacitySettings {
-                latency_target_us: Some(4_000.0),
-                ..settings()
-            },
-            1.0,
-        );
+        let mut c = with_target_of(4_000.0);
         assert_eq!(c.target_in_reach(), Some(true), "nothing seen yet");
         let served_alone = Observation {
             avg_queue: Some(0.9),
@@ -1443,13 +1424,7 @@ mod tests {
         });
         assert_eq!(c.verdict(), Verdict::Overloaded);
         // A target the device can meet is judged as given.
-        let mut c = CapacityLoop::new(
-            CapacitySettings {
-                latency_target_us: Some(10_000.0),
-                ..settings()
-            },
-            1.0,
-        );
+        let mut c = with_target_of(10_000.0);
         c.update(&served_alone);
         assert_eq!(c.target_in_reach(), Some(true));
         assert_eq!(c.latency_threshold_us(), Some(10_000.0));
