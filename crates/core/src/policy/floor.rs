@@ -109,7 +109,7 @@ impl Default for FloorParams {
             class_priority: true,
             latency_factor: 2.0,
             latency_target: None,
-            capacity_max: 2.0,
+            capacity_max: 4.0,
         }
     }
 }
@@ -671,6 +671,12 @@ impl FloorPolicy {
             active().any(|(i, &u)| priced.prev[i].cap.is_some_and(|cap| u >= p.pressing * cap));
         let floor_short =
             group_short || active().any(|(i, &u)| u < SHORT_OF_FLOOR * priced.own_floors[i]);
+        // Short with no cap of ours to explain it: uncapped, or below its cap.
+        let floor_short_by_device = group_short
+            || active().any(|(i, &u)| {
+                u < SHORT_OF_FLOOR * priced.own_floors[i]
+                    && holding(i).is_none_or(|cap| u < HELD_AT_CAP * cap)
+            });
         // A tenant with a floor, not held by a cap of ours (a throttle's wait
         // is in its latency), whose own latency is far above its best: where
         // the backend reports it (QMP), the queue is felt by the protected.
@@ -718,6 +724,7 @@ impl FloorPolicy {
                 held_by_device,
                 wants_more,
                 floor_short,
+                floor_short_by_device,
                 protected_slowed,
                 contended: total + foreign >= p.border * self.capacity.estimate(),
                 interval: Some(snapshot.interval),
