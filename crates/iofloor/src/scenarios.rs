@@ -1,7 +1,7 @@
 //! The shipped scenarios, built into the binary so `iofloor sim noisy-4` works
 //! from anywhere. The files in `scenarios/` are the source.
 
-const BUILTIN: [(&str, &str); 18] = [
+const BUILTIN: [(&str, &str); 24] = [
     ("noisy-4", include_str!("../../../scenarios/noisy-4.toml")),
     ("noisy-20", include_str!("../../../scenarios/noisy-20.toml")),
     ("size-mix", include_str!("../../../scenarios/size-mix.toml")),
@@ -13,6 +13,14 @@ const BUILTIN: [(&str, &str); 18] = [
     ("tight", include_str!("../../../scenarios/tight.toml")),
     ("tree", include_str!("../../../scenarios/tree.toml")),
     ("vm-disks", include_str!("../../../scenarios/vm-disks.toml")),
+    ("burst", include_str!("../../../scenarios/burst.toml")),
+    (
+        "pessimistic",
+        include_str!("../../../scenarios/pessimistic.toml"),
+    ),
+    ("sawing", include_str!("../../../scenarios/sawing.toml")),
+    ("backup", include_str!("../../../scenarios/backup.toml")),
+    ("orphan", include_str!("../../../scenarios/orphan.toml")),
     (
         "noisy-4-cluster",
         include_str!("../../../scenarios/noisy-4-cluster.toml"),
@@ -33,6 +41,10 @@ const BUILTIN: [(&str, &str); 18] = [
     (
         "on-off-rig",
         include_str!("../../../scenarios/bench/on-off-rig.toml"),
+    ),
+    (
+        "burst-rig",
+        include_str!("../../../scenarios/bench/burst-rig.toml"),
     ),
     (
         "cluster-bed",
