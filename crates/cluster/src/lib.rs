@@ -23,7 +23,7 @@ pub mod view;
 pub mod wire;
 
 pub use agent::{AgentPolicy, AgentRule, Mailbox, Mode};
-pub use allocate::{Allocator, Conflict, Ghost, Round, GHOST_HORIZON};
+pub use allocate::{Allocator, Conflict, Ghost, Round, DEFAULT_ORPHAN_TIMEOUT};
 #[cfg(feature = "etcd")]
 pub use coord::{CoordError, Coordinator, Etcd, EtcdOptions, Leadership};
 #[cfg(feature = "etcd")]

@@ -11,7 +11,7 @@
 //! on its own (see [`crate::agent`]).
 
 use crate::agent::Mailbox;
-use crate::allocate::{Allocator, GHOST_HORIZON};
+use crate::allocate::Allocator;
 use crate::coord::{CoordError, Coordinator, Leadership, Lease};
 use crate::view::ClusterView;
 use crate::wire::{Allocation, FloorSetting, HostReport, WireError, SCHEMA};
@@ -74,6 +74,10 @@ pub struct AgentSettings {
     pub device: String,
     pub interval: Duration,
     pub lease_ttl: Duration,
+    /// How long the allocator counts a host that stopped reporting with its
+    /// caps in force at its last load (`None`: until it reports again or
+    /// its allocation is removed).
+    pub orphan_timeout: Option<Duration>,
     /// The allocator's policy, the same as a single host's.
     pub policy: PolicyKind,
     pub params: PolicyParams,
@@ -456,7 +460,10 @@ impl<C: Coordinator> Agent<C> {
             .keys
             .allocation(&self.settings.device, &self.settings.host);
         if let Err(e) = self.coord.delete(&key).await {
-            warn!("leaving the cluster: {e}; the allocator counts this host's last load for up to {} s", GHOST_HORIZON.as_secs());
+            warn!(
+                "leaving the cluster: {e}; the allocator counts this host's last load {}",
+                counted_for(self.settings.orphan_timeout)
+            );
         }
     }
 
@@ -628,7 +635,8 @@ impl<C: Coordinator> Agent<C> {
             self.settings.ctx,
             self.last_allocation.as_ref().map(|a| a.capacity),
             leadership.epoch,
-        );
+        )
+        .with_orphan_timeout(self.settings.orphan_timeout);
         let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
         s.role = Role::Allocator;
         s.epoch = Some(leadership.epoch);
@@ -668,7 +676,7 @@ impl<C: Coordinator> Agent<C> {
             .ghosts
             .clone();
         for g in round.ghosts.iter().filter(|g| !counted.contains(&g.host)) {
-            warn!(host = %g.host, load = g.load, "host stopped reporting with its caps in force: its last load is counted as load the cluster cannot cap, for up to {} s", GHOST_HORIZON.as_secs());
+            warn!(host = %g.host, load = g.load, "host stopped reporting with its caps in force: its tenants' last load is reserved as load the cluster cannot cap, {}", counted_for(self.settings.orphan_timeout));
         }
         for host in counted.iter().filter(|h| !ghosts.contains(h)) {
             info!(%host, "no longer counting a quiet host's last load (it reports again, it left, or its time is up)");
@@ -732,6 +740,14 @@ impl<C: Coordinator> Agent<C> {
         if self.warned.insert(key.to_string()) {
             warn!(key, "ignoring a value in etcd: {message}");
         }
+    }
+}
+
+/// For how long a quiet host's last load is counted, for the logs.
+fn counted_for(orphan_timeout: Option<Duration>) -> String {
+    match orphan_timeout {
+        Some(timeout) => format!("for up to {} s (orphan_timeout)", timeout.as_secs()),
+        None => "until it reports again or its allocation is removed".into(),
     }
 }
 

@@ -35,6 +35,7 @@ fn settings(host: &str) -> AgentSettings {
         device: "shared".into(),
         interval: INTERVAL,
         lease_ttl: TTL,
+        orphan_timeout: None,
         policy: PolicyKind::Floor,
         params: PolicyParams::default(),
         ctx: PolicyContext {

@@ -603,8 +603,9 @@ impl CapacityLoop {
                     // is pessimistic, and what was served is the level to
                     // regain (BBR's bandwidth: the most delivered). Held to
                     // the estimate, a model 3x too pessimistic sat at it
-                    // for the 30 intervals before learning past it.
-                    _ if s >= LEARN_PROVEN * self.model => s,
+                    // for the 30 intervals before learning past it. Not on
+                    // a look's figures: what they serve is extrapolated.
+                    _ if s >= LEARN_PROVEN * self.model && !obs.early => s,
                     _ if obs.newcomer && previous != Verdict::Unknown => before,
                     Some((last, _)) if previous == Verdict::Overloaded && s > before => last.min(s),
                     _ => s.min(before),

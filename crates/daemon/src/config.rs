@@ -101,6 +101,7 @@ struct ClusterSection {
     shared_device: Option<String>,
     lease_ttl: Option<DurationQ>,
     stale_after: Option<DurationQ>,
+    orphan_timeout: Option<DurationQ>,
     request_timeout: Option<DurationQ>,
     user: Option<String>,
     password: Option<String>,
@@ -205,6 +206,9 @@ pub struct ClusterConfig {
     pub lease_ttl: Duration,
     /// An allocation older than this is never applied.
     pub stale_after: Duration,
+    /// How long the allocator reserves the last load of a host that stopped
+    /// reporting with its caps in force (`None`: until it reports again).
+    pub orphan_timeout: Option<Duration>,
     pub etcd: iofloor_cluster::EtcdOptions,
 }
 
@@ -613,6 +617,15 @@ impl Checker<'_> {
                 format!("must be at least the interval ({interval:?}), got {stale_after:?}"),
             ));
         }
+        let orphan_timeout = c.orphan_timeout.map(|d| d.0);
+        if let Some(timeout) = orphan_timeout.filter(|t| *t < lease_ttl) {
+            return Err(bad(
+                "orphan_timeout",
+                format!(
+                    "must be at least lease_ttl ({lease_ttl:?}): a host is quiet only once its lease ends, got {timeout:?}"
+                ),
+            ));
+        }
         let request_timeout = c
             .request_timeout
             .map(|d| d.0)
@@ -670,6 +683,7 @@ impl Checker<'_> {
             shared_device,
             lease_ttl,
             stale_after,
+            orphan_timeout,
             etcd: iofloor_cluster::EtcdOptions {
                 endpoints: c.endpoints,
                 user,
@@ -1346,6 +1360,10 @@ weight = 200
         assert_eq!((c.device, c.shared_device.as_str()), (0, "data"));
         assert_eq!(c.lease_ttl, Duration::from_secs(3));
         assert_eq!(c.stale_after, Duration::from_millis(1500), "3 intervals");
+        assert_eq!(
+            c.orphan_timeout, None,
+            "a quiet host is counted until it reports"
+        );
         assert_eq!(c.etcd.request_timeout, Duration::from_millis(500));
         for (cluster, needle) in [
             ("endpoints = []", "cluster.endpoints"),
@@ -1369,6 +1387,10 @@ weight = 200
             (
                 "endpoints = [\"http://e:2379\"]\nstale_after = \"100ms\"",
                 "cluster.stale_after",
+            ),
+            (
+                "endpoints = [\"http://e:2379\"]\norphan_timeout = \"1s\"",
+                "cluster.orphan_timeout",
             ),
             (
                 "endpoints = [\"http://e:2379\"]\nuser = \"u\"",

@@ -212,6 +212,7 @@ impl Service {
             device: c.shared_device.clone(),
             interval: self.config.interval,
             lease_ttl: c.lease_ttl,
+            orphan_timeout: c.orphan_timeout,
             policy: self.config.policy,
             params: device.params.clone(),
             ctx: iofloor_core::PolicyContext {
