@@ -214,8 +214,13 @@ const PROBE_WAIT_FIRST: u32 = 8;
 /// and doubles each such interval.
 const LEARN_STEP_MAX: f64 = 0.08;
 /// What the device must have served, as a multiple of the model's
-/// capacity, before learning past the model speeds up.
-const LEARN_PROVEN: f64 = 1.02;
+/// capacity, before learning past the model speeds up and an overload's
+/// level may be set above the estimate: beyond what a rate measured over
+/// a slightly long interval, or a throttle's burst allowance, shows. At
+/// 1.02 the rig's 4,000-IOPS throttle group read as 4,150 in bursts; the
+/// loop climbed to 1.11 of the model, overshot and was cut to 0.6
+/// (`cut` with a 15 % cut: work conservation 0.81).
+const LEARN_PROVEN: f64 = 1.1;
 /// Intervals after an overload before learning past the model.
 const LEARN_WAIT: u32 = HOLD_BEYOND_INTERVALS;
 /// Intervals after which the last overload's level is forgotten.
@@ -1457,14 +1462,14 @@ mod tests {
         // Clear room, and what is handed out is used: learned upward by a
         // step that doubles, never far past what was served.
         let mut path = vec![c.estimate()];
-        for _ in 0..10 {
+        for _ in 0..25 {
             let used = 0.97 * c.estimate();
             c.update(&obs(100.0, used, true, true));
             path.push(c.estimate());
         }
         // By 1 % until it has served more than the model (LEARN_PROVEN),
         // then faster.
-        assert!(c.estimate() > 1.01f64.powi(10) * 1.05, "{path:?}");
+        assert!(c.estimate() > 1.01f64.powi(25) * 1.05, "{path:?}");
         assert!(
             path.windows(2)
                 .all(|w| w[1] <= w[0] * 0.97 * (1.0 + LEARN_STEP_MAX) + 1e-12),
@@ -1677,9 +1682,9 @@ mod tests {
             }
         }
         let reached = reached.expect("learned");
-        // 1 % an interval until it has served 2 % more than the model, then
-        // a doubling step: about 30 intervals, against 110 at 1 %.
-        assert!(reached <= 30, "took {reached} intervals");
+        // 1 % an interval until it has served 10 % more than the model,
+        // then a doubling step: about 35 intervals, against 110 at 1 %.
+        assert!(reached <= 40, "took {reached} intervals");
         assert!(c.estimate() <= device * 1.09, "{}", c.estimate());
     }
 
