@@ -390,6 +390,8 @@ impl<'s> Play<'s> {
                     utilisation,
                     mean_latency_ms: None,
                     capacity: self.controller.as_ref().and_then(|c| c.capacity_estimate()),
+                    // A real device does not say; the rig's throttle is in the record's environment.
+                    true_capacity: None,
                     // Filled in from the unmanaged jobs' fio logs at the end.
                     unmanaged: None,
                 };

@@ -121,6 +121,10 @@ pub struct Observation {
     /// uncapped until this decision, so an overload now may be its arrival
     /// alone, not a device that got slower.
     pub newcomer: bool,
+    /// A tenant that did I/O in the last interval did none in this one: in
+    /// the last, it used less than its floor as it stopped, which looked
+    /// like a tenant the device held back.
+    pub departed: bool,
     /// What the floors of the active tenants need (cost units per second,
     /// already divided by the target utilisation): a step down on a
     /// saturated device never goes below it.
@@ -223,6 +227,13 @@ const LEARN_STEP_MAX: f64 = 0.08;
 const LEARN_PROVEN: f64 = 1.1;
 /// Intervals after an overload before learning past the model.
 const LEARN_WAIT: u32 = HOLD_BEYOND_INTERVALS;
+/// Intervals after a tenant's arrival in which an overload is taken for its
+/// burst, not for a smaller device: the interval it came in (uncapped until
+/// the decision at its end) and the next, in which the queue it built
+/// drains (simulator `burst` with arrivals mid-interval: the overload came
+/// one interval after the arrival, and its served, 0.76, held the estimate
+/// at the floors' need through the next burst).
+const ARRIVAL_INTERVALS: u32 = 1;
 /// Intervals after which the last overload's level is forgotten.
 const MEMORY_INTERVALS: u32 = 120;
 /// Share of the estimate that must be served for a probe past the model:
@@ -299,6 +310,11 @@ pub struct CapacityLoop {
     probe_step: f64,
     /// Intervals after an overload before probing past its level.
     probe_wait: u32,
+    /// Intervals since a tenant did I/O that did none the interval before.
+    since_arrival: u32,
+    /// What the last interval's overload changed (estimate, last overload,
+    /// probe wait), undone if it turns out to have been a departure.
+    undo: Option<(f64, Option<(f64, u32)>, u32)>,
     /// Growth per interval past the model (see [`LEARN_STEP_MAX`]).
     learn_step: f64,
     /// The estimate grew past the model last interval: the device must
@@ -329,6 +345,8 @@ impl CapacityLoop {
             step: STEP_MIN,
             probe_step: PROBE_STEP,
             probe_wait: PROBE_WAIT_FIRST,
+            since_arrival: u32::MAX,
+            undo: None,
             learn_step: PROBE_STEP,
             learning: false,
             learn_hold: 0,
@@ -522,6 +540,12 @@ impl CapacityLoop {
     /// Learns from one interval; returns the new estimate.
     pub fn update(&mut self, obs: &Observation) -> f64 {
         let (low, high) = self.bounds();
+        self.undo_departure(obs);
+        self.since_arrival = if obs.newcomer {
+            0
+        } else {
+            self.since_arrival.saturating_add(1)
+        };
         self.learn_hold = self.learn_hold.saturating_sub(1);
         if let Some((_, age)) = self.last_overload.as_mut() {
             *age += 1;
@@ -587,6 +611,7 @@ impl CapacityLoop {
                     drain.clamp(DEEPEST_CUT, 1.0)
                 };
                 let before = self.estimate;
+                self.undo = Some((before, self.last_overload, self.probe_wait));
                 // An overload right after one, on a device that still served
                 // more than the cut allowed, is the same overload draining
                 // (the cut has not taken hold): its level stays what the
@@ -595,7 +620,8 @@ impl CapacityLoop {
                 // of 0.64 and held it 30 s at 0.77 of the device).
                 // At a tenant's arrival on a device the loop has judged
                 // before (not the service's first interval, when every
-                // tenant is new and the device's state is not known), what
+                // tenant is new and the device's state is not known), and
+                // in the interval after it ([`ARRIVAL_INTERVALS`]), what
                 // was served is diluted by the part of the interval before
                 // it came, and the queue is its uncapped burst: no sign the
                 // device got smaller, so the level to regain stays the
@@ -611,7 +637,11 @@ impl CapacityLoop {
                     // for the 30 intervals before learning past it. Not on
                     // a look's figures: what they serve is extrapolated.
                     _ if s >= LEARN_PROVEN * self.model && !obs.early => s,
-                    _ if obs.newcomer && previous != Verdict::Unknown => before,
+                    _ if self.since_arrival <= ARRIVAL_INTERVALS
+                        && previous != Verdict::Unknown =>
+                    {
+                        before
+                    }
                     Some((last, _)) if previous == Verdict::Overloaded && s > before => last.min(s),
                     _ => s.min(before),
                 }
@@ -697,6 +727,23 @@ impl CapacityLoop {
             _ => Verdict::Unknown,
         };
         self.estimate
+    }
+
+    /// A tenant that stopped in the last interval used less than its floor
+    /// there, and with a latency past the threshold that looked like a
+    /// tenant the device held back: an overload. Seen stopped now, the cut
+    /// for it is undone (simulator `burst` with the burst ending
+    /// mid-interval: each end cut the estimate to the floors' need, where
+    /// it stayed through the next burst; work conservation 0.87).
+    fn undo_departure(&mut self, obs: &Observation) {
+        let undo = self.undo.take();
+        if let Some((estimate, last_overload, probe_wait)) = undo {
+            if obs.departed && self.verdict == Verdict::Overloaded {
+                self.estimate = estimate;
+                self.last_overload = last_overload;
+                self.probe_wait = probe_wait;
+            }
+        }
     }
 
     /// What the device has proven it serves while short of the floors, as
@@ -927,6 +974,7 @@ mod tests {
             contended: false,
             interval: None,
             newcomer: false,
+            departed: false,
             floors_need: 0.3,
             handed_out: 1.0,
             early: false,
@@ -1643,6 +1691,69 @@ mod tests {
         };
         let path: Vec<f64> = (0..5).map(|_| c.update(&busy(&c))).collect();
         assert!(path[4] > 0.95, "{path:?}");
+    }
+
+    #[test]
+    fn an_overload_the_interval_after_an_arrival_keeps_the_level_too() {
+        // The arrival's own interval showed little (it came late in it);
+        // the next one shows its queue draining.
+        let mut c = with_baseline(100.0, 0.3);
+        c.update(&Observation {
+            newcomer: true,
+            avg_queue: Some(0.9),
+            ..obs(150.0, 0.65, false, false)
+        });
+        c.update(&Observation {
+            floors_need: 0.8,
+            avg_queue: Some(12.0),
+            ..obs(3000.0, 0.76, true, true)
+        });
+        assert_eq!(c.verdict(), Verdict::Overloaded);
+        assert_eq!(c.reference(), 1.0, "the level to regain is the estimate before");
+        // Two intervals on, an overload is the device's again.
+        let mut c = with_baseline(100.0, 0.3);
+        c.update(&Observation {
+            newcomer: true,
+            ..obs(150.0, 0.65, false, false)
+        });
+        c.update(&obs(150.0, 0.9, false, true));
+        c.update(&Observation {
+            floors_need: 0.5,
+            avg_queue: Some(12.0),
+            ..obs(3000.0, 0.76, true, true)
+        });
+        assert_eq!(c.reference(), 0.76);
+    }
+
+    #[test]
+    fn a_tenant_that_stopped_is_not_a_smaller_device() {
+        // It stopped half-way through its last interval: it used less than
+        // its floor there, with the queue its burst left, which looked
+        // like a tenant the device held back.
+        let mut c = with_baseline(100.0, 0.3);
+        c.update(&Observation {
+            floors_need: 0.8,
+            avg_queue: Some(6.0),
+            ..obs(600.0, 0.76, true, false)
+        });
+        assert_eq!(c.verdict(), Verdict::Overloaded);
+        assert!(c.estimate() < 1.0, "{}", c.estimate());
+        // Seen gone in the next interval: the cut is undone.
+        c.update(&Observation {
+            departed: true,
+            floors_need: 0.55,
+            avg_queue: Some(0.6),
+            ..obs(100.0, 0.53, false, false)
+        });
+        assert_eq!(c.estimate(), 1.0);
+        assert_eq!(c.reference(), 1.0);
+        // A departure after an interval that was no overload changes nothing.
+        let before = c.estimate();
+        c.update(&Observation {
+            departed: true,
+            ..obs(100.0, 0.4, false, false)
+        });
+        assert_eq!(c.estimate(), before);
     }
 
     #[test]

@@ -293,6 +293,7 @@ proptest! {
                 contended: flags[4],
                 interval: Some(Duration::from_secs(1)),
                 newcomer: flags[5],
+                departed: flags[7],
                 floors_need: floor,
                 handed_out: 0.97,
                 early: flags[6],

@@ -278,3 +278,75 @@ pub fn queue_and_latency(run: &RunRecord) -> ChartResult {
     }
     Ok(svg)
 }
+
+/// The capacity the policy learned against what the device could do, over
+/// time, both as multiples of the model's; `None` for a run whose policy
+/// learns none.
+pub fn capacity(run: &RunRecord) -> Option<ChartResult> {
+    run.windows
+        .iter()
+        .any(|w| w.device.capacity.is_some())
+        .then(|| capacity_chart(run))
+}
+
+fn capacity_chart(run: &RunRecord) -> ChartResult {
+    register_font();
+    let learned: Vec<(f64, f64)> = run
+        .windows
+        .iter()
+        .filter_map(|w| w.device.capacity.map(|c| (w.t, c)))
+        .collect();
+    let truth: Vec<(f64, f64)> = run
+        .windows
+        .iter()
+        .filter_map(|w| w.device.true_capacity.map(|c| (w.t, c)))
+        .collect();
+    let top = learned
+        .iter()
+        .chain(&truth)
+        .map(|(_, c)| *c)
+        .filter(|c| c.is_finite())
+        .fold(1.0f64, f64::max);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("{} / {}: learned capacity", run.scenario, run.policy),
+                ("sans-serif", 18),
+            )
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..run.duration_s.max(1.0), 0.0..top * 1.15)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .y_desc("capacity (x the model's)")
+            .draw()
+            .map_err(err)?;
+        let green = palette(2);
+        if !truth.is_empty() {
+            chart
+                .draw_series(LineSeries::new(truth, green.stroke_width(4)))
+                .map_err(err)?
+                .label("what the device could do")
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 15, y)], green.stroke_width(4))
+                });
+        }
+        let blue = palette(0);
+        chart
+            .draw_series(LineSeries::new(learned, blue.stroke_width(2)))
+            .map_err(err)?
+            .label("learned")
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 15, y)], blue.stroke_width(2))
+            });
+        legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}

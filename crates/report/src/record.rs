@@ -79,6 +79,12 @@ pub struct DeviceWindow {
     /// units per second (1.0 = the model's), where it learns one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<f64>,
+    /// What the device could do in the window, in the same units, where
+    /// the runner knows it: the simulator, from its true device as it is
+    /// now (declared changes and write cliff included) over the policies'
+    /// model, for the window's mix of I/O.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub true_capacity: Option<f64>,
     /// What load outside every managed tenant was served in the window
     /// (another host's I/O on the same storage, I/O outside any cgroup),
     /// where the runner can see it: the simulator always, `iofloor bench`

@@ -327,7 +327,9 @@ pub fn markdown(runs: &[RunRecord], chart_dir: Option<&str>) -> String {
     if let Some(dir) = chart_dir {
         s.push_str("\n## Charts\n\n");
         for r in runs {
-            for kind in ["throughput", "floors", "queue"] {
+            let learns = r.windows.iter().any(|w| w.device.capacity.is_some());
+            let kinds = ["throughput", "floors", "queue", "capacity"];
+            for kind in kinds.into_iter().filter(|k| learns || *k != "capacity") {
                 let _ = writeln!(s, "![{} {}]({dir}/{}-{kind}.svg)", r.policy, kind, r.policy);
             }
         }
@@ -398,7 +400,10 @@ pub fn html(runs: &[RunRecord]) -> Result<String, ReportError> {
             chart::stacked_throughput(r),
             chart::per_tenant_vs_floor(r),
             chart::queue_and_latency(r),
-        ] {
+        ]
+        .into_iter()
+        .chain(chart::capacity(r))
+        {
             s.push_str(&svg.map_err(ReportError::Chart)?);
         }
     }
@@ -434,7 +439,10 @@ fn render_dir(dir: &Path, runs: &[RunRecord]) -> Result<Written, ReportError> {
             ("throughput", chart::stacked_throughput(r)),
             ("floors", chart::per_tenant_vs_floor(r)),
             ("queue", chart::queue_and_latency(r)),
-        ] {
+        ]
+        .into_iter()
+        .chain(chart::capacity(r).map(|svg| ("capacity", svg)))
+        {
             let p = charts.join(format!("{}-{kind}.svg", r.policy));
             std::fs::write(&p, svg.map_err(ReportError::Chart)?).map_err(io_err(&p))?;
         }

@@ -131,6 +131,8 @@ struct Io {
     bytes: u32,
     issued: u64,
     cost: f64,
+    /// What the policies' model says it costs (`cost` is the true device's).
+    model_cost: f64,
     /// From another host: served by the device, absent from this host's counters.
     hidden: bool,
     /// The cluster host whose disk counters it shows in ([`NO_HOST`]: none).
@@ -304,6 +306,12 @@ struct DeviceRt {
     win_busy: u64,
     win_latency_ns: u64,
     win_ios: u64,
+    /// The window's I/Os started at the device: what the policies' model
+    /// says they cost, and what they took of the device as it is now.
+    win_model_cost: f64,
+    win_true_cost: f64,
+    /// The device's capacity in the policies' model's units, last seen.
+    true_capacity: Option<f64>,
 }
 
 impl DeviceRt {
@@ -324,6 +332,9 @@ impl DeviceRt {
             win_busy: 0,
             win_latency_ns: 0,
             win_ios: 0,
+            win_model_cost: 0.0,
+            win_true_cost: 0.0,
+            true_capacity: None,
         }
     }
 }
@@ -538,6 +549,7 @@ impl<'s> Engine<'s> {
                 Direction::Read
             };
             let cost = self.sc.device.cost.io_cost(dir, bs as f64, seq);
+            let model_cost = self.sc.policy_model.io_cost(dir, bs as f64, seq);
             let io = Io {
                 tenant,
                 instance: id,
@@ -546,6 +558,7 @@ impl<'s> Engine<'s> {
                 bytes: bs,
                 issued: self.now,
                 cost,
+                model_cost,
                 hidden: self.tenants[tenant as usize].hidden,
                 host: self.tenants[tenant as usize].host,
             };
@@ -724,14 +737,18 @@ impl<'s> Engine<'s> {
             let tail: f64 = self.rng.sample(Exp1);
             service *= 1.0 - d.jitter + d.jitter * tail;
         }
+        let mut true_cost = io.cost / self.dev.capacity_factor;
         if io.write {
             if let Some((after, factor)) = d.write_cliff {
                 if self.dev.written >= after {
                     service *= factor;
+                    true_cost *= factor;
                 }
             }
             self.dev.written += io.bytes as u64;
         }
+        self.dev.win_model_cost += io.model_cost;
+        self.dev.win_true_cost += true_cost;
         self.push(self.now + service.max(1.0) as u64, Kind::Complete, idx, 0);
     }
 
@@ -818,6 +835,11 @@ impl<'s> Engine<'s> {
                 latency_ns: a.latency_ns + b.latency_ns,
             })
             .map(|acc| acc.rates(w));
+        if self.dev.win_true_cost > 0.0 {
+            self.dev.true_capacity = Some(self.dev.win_model_cost / self.dev.win_true_cost);
+        }
+        self.dev.win_model_cost = 0.0;
+        self.dev.win_true_cost = 0.0;
         let area = self.dev.queue_area - self.dev.win_area;
         let busy = self.dev.busy_ns - self.dev.win_busy;
         let device = DeviceWindow {
@@ -826,6 +848,7 @@ impl<'s> Engine<'s> {
             mean_latency_ms: (self.dev.win_ios > 0)
                 .then(|| self.dev.win_latency_ns as f64 / self.dev.win_ios as f64 / 1e6),
             capacity: self.capacity_estimate,
+            true_capacity: self.dev.true_capacity,
             unmanaged,
         };
         self.dev.win_area = self.dev.queue_area;

@@ -690,6 +690,11 @@ impl FloorPolicy {
                     .is_some_and(|(l, best)| l > p.latency_factor * best)
         });
         let newcomer = active().any(|(i, _)| !priced.prev[i].active);
+        let departed = priced
+            .prev
+            .iter()
+            .zip(usage.iter())
+            .any(|(st, &u)| st.active && u <= 0.0);
         // Decided early, the interval's figures cover time before the
         // overload the look saw: the device is judged over that stretch, and
         // what was served is scaled by how fast the device completed I/O
@@ -718,6 +723,7 @@ impl FloorPolicy {
         let capacity = match device {
             Some(dev) => self.capacity.update(&Observation {
                 newcomer,
+                departed,
                 latency_us: dev.mean_latency_us(),
                 avg_queue: Some(dev.avg_queue),
                 served,
