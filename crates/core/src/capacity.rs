@@ -283,6 +283,15 @@ const TARGET_REACH: f64 = 1.25;
 /// probing past the model.
 const UNLOADED_QUEUE: f64 = 4.0;
 
+/// What an overload's cut changed, kept for one interval
+/// ([`CapacityLoop::undo_departure`]).
+#[derive(Debug, Clone, Copy)]
+struct BeforeOverload {
+    estimate: f64,
+    last_overload: Option<(f64, u32)>,
+    probe_wait: u32,
+}
+
 /// The learned capacity and what it remembers.
 #[derive(Debug, Clone)]
 pub struct CapacityLoop {
@@ -312,9 +321,9 @@ pub struct CapacityLoop {
     probe_wait: u32,
     /// Intervals since a tenant did I/O that did none the interval before.
     since_arrival: u32,
-    /// What the last interval's overload changed (estimate, last overload,
-    /// probe wait), undone if it turns out to have been a departure.
-    undo: Option<(f64, Option<(f64, u32)>, u32)>,
+    /// What the last interval's overload changed, undone if it turns out
+    /// to have been a departure.
+    undo: Option<BeforeOverload>,
     /// Growth per interval past the model (see [`LEARN_STEP_MAX`]).
     learn_step: f64,
     /// The estimate grew past the model last interval: the device must
@@ -611,7 +620,11 @@ impl CapacityLoop {
                     drain.clamp(DEEPEST_CUT, 1.0)
                 };
                 let before = self.estimate;
-                self.undo = Some((before, self.last_overload, self.probe_wait));
+                self.undo = Some(BeforeOverload {
+                    estimate: before,
+                    last_overload: self.last_overload,
+                    probe_wait: self.probe_wait,
+                });
                 // An overload right after one, on a device that still served
                 // more than the cut allowed, is the same overload draining
                 // (the cut has not taken hold): its level stays what the
@@ -736,12 +749,11 @@ impl CapacityLoop {
     /// mid-interval: each end cut the estimate to the floors' need, where
     /// it stayed through the next burst; work conservation 0.87).
     fn undo_departure(&mut self, obs: &Observation) {
-        let undo = self.undo.take();
-        if let Some((estimate, last_overload, probe_wait)) = undo {
+        if let Some(before) = self.undo.take() {
             if obs.departed && self.verdict == Verdict::Overloaded {
-                self.estimate = estimate;
-                self.last_overload = last_overload;
-                self.probe_wait = probe_wait;
+                self.estimate = before.estimate;
+                self.last_overload = before.last_overload;
+                self.probe_wait = before.probe_wait;
             }
         }
     }
@@ -1709,7 +1721,11 @@ mod tests {
             ..obs(3000.0, 0.76, true, true)
         });
         assert_eq!(c.verdict(), Verdict::Overloaded);
-        assert_eq!(c.reference(), 1.0, "the level to regain is the estimate before");
+        assert_eq!(
+            c.reference(),
+            1.0,
+            "the level to regain is the estimate before"
+        );
         // Two intervals on, an overload is the device's again.
         let mut c = with_baseline(100.0, 0.3);
         c.update(&Observation {
