@@ -346,8 +346,9 @@ fn capacity_is_learned_from_what_the_device_can_do() {
     assert!(mean >= 2.7, "learned {mean} of the device's 3.0 on average");
     assert!(most <= 3.0 * 1.05, "learned {most}, past the device's 3.0");
     // A host's agent killed for good: its tenants run on at the caps it
-    // left, and the biggest protected one keeps its floor through a 30 %
-    // capacity cut nobody announced.
+    // left, their load stays reserved, and every floor holds through a
+    // 30 % capacity cut nobody announced more than ten minutes later (an
+    // allocator that forgot the quiet host after 600 s: web 3.1 %).
     let sc = Scenario::load(&scenario_path("orphan")).unwrap();
     let m = measured(&sc, &policies);
     let floor = &m["floor"];
@@ -356,12 +357,7 @@ fn capacity_is_learned_from_what_the_device_can_do() {
         "orphan: {}",
         floor.floor_miss_rate
     );
-    let db = floor.tenants.iter().find(|t| t.name == "db").unwrap();
-    assert!(
-        db.floor_miss_rate <= 0.02,
-        "orphan: db misses {}",
-        db.floor_miss_rate
-    );
+    every_protected_tenant_within_2_percent("orphan", floor);
 }
 
 /// Issue 10, bursts from idle: a look at the device between intervals
