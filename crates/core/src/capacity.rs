@@ -37,9 +37,19 @@
 //!   seconds while a device probed at its real capacity is overshot about
 //!   twice a minute at most;
 //!   past the model only on clear room (latency or queue below 60 % of the
-//!   threshold), by 1 % an interval and half a minute after the last
-//!   overload, so a conservative model's spare capacity is found but a
-//!   device at its model is not probed into a queue.
+//!   threshold) and half a minute after the last overload, by 1 % an
+//!   interval until the device has served 10 % more than its model, then
+//!   learned upward as BBR learns bandwidth (a step doubling to 8 %, kept
+//!   only while the device serves what it is handed, else back to what it
+//!   delivered: [`CapacityLoop::learn_upward`]), so a conservative model's
+//!   spare capacity is found but a device at its model is not probed into
+//!   a queue.
+//!
+//! - **A busy device is not a small one.** The floors are scaled down only
+//!   when the device has proven it cannot serve them ([`PROOF_INTERVALS`]
+//!   of overload with a tenant short of its floor by the device's doing,
+//!   not by a cap of ours); an overload at a tenant's arrival keeps the
+//!   level to regain, and one a departing tenant caused is undone.
 //!
 //! - **A queue is not a broken promise.** A latency above the threshold
 //!   while every floor is met and every tenant got what we allowed is a
@@ -61,7 +71,9 @@
 //!   latency within a quarter of an interval, and so is one at a tenant's
 //!   arrival on a device that still served its estimate (the queue is the
 //!   newcomer's uncapped first interval); probes past the model go on
-//!   only while what they hand out is served.
+//!   only while what they hand out is served (the interval right after a
+//!   step past it is judged even when it was not: that is how a full
+//!   device shows).
 //!
 //! - **Between intervals, a look.** Part of an interval that shows the
 //!   device overloaded while the last decision took it not to be (the
@@ -150,7 +162,8 @@ pub enum Verdict {
     /// Latency high but every tenant got what we allowed: stepped down
     /// (the device keeps a standing queue, or serves each I/O more slowly).
     Saturated,
-    /// Room, and tenants want more: estimate raised.
+    /// Room, and tenants want more: estimate raised (or, right after a step
+    /// past the model the device did not serve, back to what it served).
     Room,
     /// Room, but nobody asks for more: estimate kept.
     Idle,
@@ -283,8 +296,9 @@ const TARGET_REACH: f64 = 1.25;
 /// probing past the model.
 const UNLOADED_QUEUE: f64 = 4.0;
 
-/// What an overload's cut changed, kept for one interval
-/// ([`CapacityLoop::undo_departure`]).
+/// What an overload's cut changed of the estimate, its level and the
+/// probes' wait, kept for one interval ([`CapacityLoop::undo_departure`]);
+/// the growth steps it reset stay reset.
 #[derive(Debug, Clone, Copy)]
 struct BeforeOverload {
     estimate: f64,
@@ -326,9 +340,14 @@ pub struct CapacityLoop {
     undo: Option<BeforeOverload>,
     /// Growth per interval past the model (see [`LEARN_STEP_MAX`]).
     learn_step: f64,
-    /// The estimate grew past the model last interval: the device must
-    /// serve what that handed out, or it is full.
+    /// The estimate grew past the model in the last interval: the device
+    /// must serve what that handed out, or it is full. Set each interval
+    /// from `grew_past_model`.
     learning: bool,
+    /// The estimate grew past the model in this interval.
+    grew_past_model: bool,
+    /// Intervals judged so far (the service's first one is special).
+    intervals: u64,
     /// Intervals left before learning past the model is tried again, and
     /// the wait after the next try that finds the device full.
     learn_hold: u32,
@@ -358,6 +377,8 @@ impl CapacityLoop {
             undo: None,
             learn_step: PROBE_STEP,
             learning: false,
+            grew_past_model: false,
+            intervals: 0,
             learn_hold: 0,
             learn_backoff: PROBE_WAIT_FIRST,
             last_overload: None,
@@ -549,6 +570,8 @@ impl CapacityLoop {
     /// Learns from one interval; returns the new estimate.
     pub fn update(&mut self, obs: &Observation) -> f64 {
         let (low, high) = self.bounds();
+        self.learning = std::mem::take(&mut self.grew_past_model);
+        self.intervals = self.intervals.saturating_add(1);
         self.undo_departure(obs);
         self.since_arrival = if obs.newcomer {
             0
@@ -650,11 +673,7 @@ impl CapacityLoop {
                     // for the 30 intervals before learning past it. Not on
                     // a look's figures: what they serve is extrapolated.
                     _ if s >= LEARN_PROVEN * self.model && !obs.early => s,
-                    _ if self.since_arrival <= ARRIVAL_INTERVALS
-                        && previous != Verdict::Unknown =>
-                    {
-                        before
-                    }
+                    _ if self.since_arrival <= ARRIVAL_INTERVALS && self.intervals > 1 => before,
                     Some((last, _)) if previous == Verdict::Overloaded && s > before => last.min(s),
                     _ => s.min(before),
                 }
@@ -750,7 +769,8 @@ impl CapacityLoop {
     /// it stayed through the next burst; work conservation 0.87).
     fn undo_departure(&mut self, obs: &Observation) {
         if let Some(before) = self.undo.take() {
-            if obs.departed && self.verdict == Verdict::Overloaded {
+            let proven = self.short_served.len() >= PROOF_INTERVALS;
+            if obs.departed && self.verdict == Verdict::Overloaded && !proven {
                 self.estimate = before.estimate;
                 self.last_overload = before.last_overload;
                 self.probe_wait = before.probe_wait;
@@ -769,11 +789,7 @@ impl CapacityLoop {
     /// 100 µs target: 14 s at 0.93 of the floors' need). A look's figures
     /// neither prove nor break a proof.
     fn prove_short(&mut self, obs: &Observation, load: Option<Load>, served: Option<f64>) -> f64 {
-        let handed_out = if obs.handed_out > 0.0 && obs.handed_out <= 1.0 {
-            obs.handed_out
-        } else {
-            1.0
-        };
+        let handed_out = share_handed_out(obs);
         if !obs.early {
             match served.map(|s| s / handed_out) {
                 Some(s)
@@ -893,7 +909,6 @@ impl CapacityLoop {
             self.learn_upward(served, obs)
         } else {
             self.learn_step = PROBE_STEP;
-            self.learning = false;
             return;
         };
         self.estimate = grown.min(high);
@@ -917,13 +932,11 @@ impl CapacityLoop {
     fn learn_upward(&mut self, served: f64, obs: &Observation) -> f64 {
         if served < LEARN_PROVEN * self.model {
             self.learn_step = PROBE_STEP;
-            self.learning = false;
             return self.estimate * (1.0 + PROBE_STEP);
         }
-        let delivered = served / obs.handed_out.clamp(PROBE_USED, 1.0);
+        let delivered = served / share_handed_out(obs);
         if served < PROBE_USED * self.estimate {
             self.learn_step = PROBE_STEP;
-            self.learning = false;
             self.learn_hold = self.learn_backoff;
             self.learn_backoff = (self.learn_backoff * 2).min(HOLD_BEYOND_INTERVALS);
             return delivered.clamp(self.model, self.estimate);
@@ -931,11 +944,21 @@ impl CapacityLoop {
         if self.learning {
             self.learn_backoff = PROBE_WAIT_FIRST;
         }
-        self.learning = true;
+        self.grew_past_model = true;
         let grown =
             (self.estimate * (1.0 + self.learn_step)).min(delivered * (1.0 + LEARN_STEP_MAX));
         self.learn_step = (self.learn_step * 2.0).min(LEARN_STEP_MAX);
         grown.max(self.estimate)
+    }
+}
+
+/// The share of the estimate handed out while contended, where the
+/// observation gives a sensible one: what was served is at most that share.
+fn share_handed_out(obs: &Observation) -> f64 {
+    if obs.handed_out > 0.0 && obs.handed_out <= 1.0 {
+        obs.handed_out
+    } else {
+        1.0
     }
 }
 

@@ -283,10 +283,7 @@ pub fn queue_and_latency(run: &RunRecord) -> ChartResult {
 /// time, both as multiples of the model's; `None` for a run whose policy
 /// learns none.
 pub fn capacity(run: &RunRecord) -> Option<ChartResult> {
-    run.windows
-        .iter()
-        .any(|w| w.device.capacity.is_some())
-        .then(|| capacity_chart(run))
+    run.learns_capacity().then(|| capacity_chart(run))
 }
 
 fn capacity_chart(run: &RunRecord) -> ChartResult {

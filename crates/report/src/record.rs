@@ -82,7 +82,8 @@ pub struct DeviceWindow {
     /// What the device could do in the window, in the same units, where
     /// the runner knows it: the simulator, from its true device as it is
     /// now (declared changes and write cliff included) over the policies'
-    /// model, for the window's mix of I/O.
+    /// model, for the mix of the I/O it started in the window (a window
+    /// with none repeats the last figure).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub true_capacity: Option<f64>,
     /// What load outside every managed tenant was served in the window
@@ -173,4 +174,11 @@ pub struct RunRecord {
     pub decision_time_us_mean: f64,
     /// I/Os completed in the run (all tenants), for throughput-of-simulation figures.
     pub ios_completed: u64,
+}
+
+impl RunRecord {
+    /// Whether its policy learned a capacity (there is a chart of it).
+    pub fn learns_capacity(&self) -> bool {
+        self.windows.iter().any(|w| w.device.capacity.is_some())
+    }
 }

@@ -327,7 +327,7 @@ pub fn markdown(runs: &[RunRecord], chart_dir: Option<&str>) -> String {
     if let Some(dir) = chart_dir {
         s.push_str("\n## Charts\n\n");
         for r in runs {
-            let learns = r.windows.iter().any(|w| w.device.capacity.is_some());
+            let learns = r.learns_capacity();
             let kinds = ["throughput", "floors", "queue", "capacity"];
             for kind in kinds.into_iter().filter(|k| learns || *k != "capacity") {
                 let _ = writeln!(s, "![{} {}]({dir}/{}-{kind}.svg)", r.policy, kind, r.policy);

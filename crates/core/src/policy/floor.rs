@@ -671,10 +671,12 @@ impl FloorPolicy {
             active().any(|(i, &u)| priced.prev[i].cap.is_some_and(|cap| u >= p.pressing * cap));
         let floor_short =
             group_short || active().any(|(i, &u)| u < SHORT_OF_FLOOR * priced.own_floors[i]);
-        // Short with no cap of ours to explain it: uncapped, or below its cap.
+        // Short with no cap of ours to explain it (uncapped, or below its
+        // cap), over a whole interval: a newcomer's first one is partial.
         let floor_short_by_device = group_short
             || active().any(|(i, &u)| {
-                u < SHORT_OF_FLOOR * priced.own_floors[i]
+                priced.prev[i].active
+                    && u < SHORT_OF_FLOOR * priced.own_floors[i]
                     && holding(i).is_none_or(|cap| u < HELD_AT_CAP * cap)
             });
         // A tenant with a floor, not held by a cap of ours (a throttle's wait
@@ -690,11 +692,10 @@ impl FloorPolicy {
                     .is_some_and(|(l, best)| l > p.latency_factor * best)
         });
         let newcomer = active().any(|(i, _)| !priced.prev[i].active);
-        let departed = priced
-            .prev
-            .iter()
-            .zip(usage.iter())
-            .any(|(st, &u)| st.active && u <= 0.0);
+        // A tenant with a floor that stopped: in its last interval it used
+        // less than its floor, which looked like the device holding it.
+        let departed = (0..usage.len())
+            .any(|i| priced.prev[i].active && usage[i] <= 0.0 && priced.own_floors[i] > 0.0);
         // Decided early, the interval's figures cover time before the
         // overload the look saw: the device is judged over that stretch, and
         // what was served is scaled by how fast the device completed I/O
