@@ -113,6 +113,7 @@ fn generated_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         hosts: 3,
         caps: vec![("quiet".into(), Caps::NONE), ("vm1".into(), caps)],
         load: 0.3,
+        contended: Some(true),
     };
     let floor = |floor| FloorSetting {
         schema: SCHEMA,

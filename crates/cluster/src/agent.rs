@@ -14,6 +14,7 @@
 //! [`Mailbox`].
 
 use crate::wire::{Allocation, HostReport, TenantReport, SCHEMA};
+use iofloor_core::judge::{self, Verdicts};
 use iofloor_core::{Caps, CostModel, Policy, Rate, Snapshot, TenantSample, Usage};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -315,6 +316,24 @@ impl Policy for AgentPolicy {
     fn capacity_estimate(&self) -> Option<f64> {
         self.rule.received.as_ref().map(|(a, _)| a.capacity)
     }
+
+    /// The allocator's verdict while its allocation is fresh (it sees every
+    /// host's load); otherwise this host's load at the model's price against
+    /// the capacity last allocated.
+    fn verdicts(&self, snapshot: &Snapshot) -> Verdicts {
+        let allocation = self.rule.current(snapshot.now);
+        let contended = match allocation {
+            Some((a, age)) if age <= self.rule.stale_after && a.contended.is_some() => {
+                a.contended == Some(true)
+            }
+            _ => judge::contended_at_model(
+                snapshot,
+                &self.rule.cost,
+                allocation.map_or(1.0, |(a, _)| a.capacity),
+            ),
+        };
+        Verdicts::judge(snapshot, contended, &self.rule.cost)
+    }
 }
 
 #[cfg(test)]
@@ -357,6 +376,7 @@ mod tests {
                 },
             )],
             load: 0.0,
+            contended: None,
         }
     }
 

@@ -251,6 +251,7 @@ impl Allocator {
             foreign_load,
         };
         let mut caps = self.policy.decide(&snapshot);
+        let contended = self.policy.verdicts(&snapshot).contended;
         if self.seq < SETTLING_ROUNDS {
             for (decided, sample) in caps.iter_mut().zip(&samples) {
                 *decided = decided.tighter(&sample.caps);
@@ -284,6 +285,7 @@ impl Allocator {
                     .map(|((_, tenant), caps)| (tenant.to_string(), *caps))
                     .collect(),
                 load: self.load_of(r.tenants.iter().map(|t| &t.usage)),
+                contended: Some(contended),
             })
             .collect();
         Round {

@@ -198,6 +198,7 @@ mod tests {
                 })
                 .collect(),
             load: 0.0,
+            contended: None,
         }
     }
 

@@ -82,6 +82,11 @@ pub struct Allocation {
     /// allocations of earlier iofloors: 0.
     #[serde(default)]
     pub load: f64,
+    /// Whether the allocator judged the shared device contended this
+    /// interval: the verdict the host's service shows with its tenants'
+    /// floors. Absent in allocations of earlier iofloors.
+    #[serde(default)]
+    pub contended: Option<bool>,
 }
 
 /// A tenant's floor set for the whole cluster (`iofloor cluster set-floor`):
@@ -270,6 +275,7 @@ mod tests {
                 },
             )],
             load: 0.2,
+            contended: None,
         }
     }
 

@@ -3,6 +3,7 @@
 //! and writes the caps that changed. The caller owns the clock and the sleep,
 //! so the simulator drives it with simulated time and the daemon with real time.
 
+use crate::judge::Verdicts;
 use crate::model::{Caps, DeviceSample, DirUsage, Snapshot, TenantSample, TenantSpec, Usage};
 use crate::policy::Policy;
 use serde::{Deserialize, Serialize};
@@ -150,6 +151,9 @@ pub struct TickReport {
     /// The caps in force after the tick, aligned with `samples`: what was
     /// decided where the write succeeded, what was there before where not.
     pub applied: Vec<Caps>,
+    /// What the policy judged of the interval (`Policy::verdicts`), its
+    /// tenants aligned with `samples`.
+    pub verdicts: Verdicts,
     /// Wall time the policy took to decide (measured here, outside the policy).
     pub decision_time: Duration,
     /// Tenants whose read or write failed this tick, with the message.
@@ -405,6 +409,7 @@ impl Controller {
             self.policy.decide(&snapshot)
         };
         let decision_time = started.elapsed();
+        let verdicts = self.policy.verdicts(&snapshot);
         let applied = self.apply(&caps, backend, &mut errors);
         TickReport {
             now,
@@ -412,6 +417,7 @@ impl Controller {
             device,
             caps,
             applied,
+            verdicts,
             decision_time,
             errors,
             counter_resets,
@@ -436,6 +442,13 @@ mod tests {
         fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
             self.seen = snapshot.tenants.len();
             vec![Caps::NONE; self.seen]
+        }
+        fn verdicts(&self, snapshot: &Snapshot) -> crate::judge::Verdicts {
+            crate::judge::Verdicts::judge(
+                snapshot,
+                false,
+                &crate::synthetic::iops_only_model(4000.0),
+            )
         }
         fn decide_on_news(&mut self, _now: Duration) -> Option<Vec<Caps>> {
             let news = self.news.swap(false, std::sync::atomic::Ordering::SeqCst);

@@ -3,10 +3,18 @@
 //! counts as met. The policy decides with them, the report measures with them
 //! and the service shows them, so the three cannot drift apart (docs/metrics.md).
 
+use crate::cost::CostModel;
+use crate::model::{Snapshot, Usage};
+use crate::units::Rate;
+
 /// A tenant meets its floor in a window when it gets at least this share of
 /// what it is entitled to; below it the window counts as missed. The 5 %
 /// allows for one window's sampling noise on a rate exactly at the floor.
 pub const MISS_THRESHOLD: f64 = 0.95;
+
+/// The load share at which a device counts as contended unless a policy is
+/// told otherwise (`FloorParams::border`).
+pub const DEFAULT_BORDER: f64 = 0.9;
 
 /// What a tenant is entitled to in a window, in its floor's unit: its floor,
 /// or its demand if that is smaller. `None` when it has no floor.
@@ -44,6 +52,87 @@ pub fn contended(
 /// the device was not contended (so it asked for less).
 pub fn floor_met_without_demand(got: f64, floor: f64, contended: bool) -> bool {
     floor_met(got, floor) || !contended
+}
+
+/// What a policy judged of one interval, for everything that shows it (the
+/// service's view, metrics, API, dashboard): nothing downstream judges again,
+/// so what is shown follows the rule the policy decided by, queue knee and
+/// learned capacity included (`Policy::verdicts`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Verdicts {
+    pub contended: bool,
+    /// One per tenant of the snapshot, in its order.
+    pub tenants: Vec<TenantVerdict>,
+}
+
+/// One tenant's verdict for an interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TenantVerdict {
+    /// The figure the tenant was judged against, in its floor's unit: its
+    /// floor (a live service cannot know its demand). `None` without one.
+    pub entitled: Option<f64>,
+    /// Whether it met that floor ([`floor_met_without_demand`]); `None`
+    /// without a floor or a sample.
+    pub floor_met: Option<bool>,
+}
+
+impl Verdicts {
+    /// Each tenant's floor judged against what it used, given the device's
+    /// contention as the policy judged it.
+    pub fn judge(snapshot: &Snapshot, contended: bool, cost: &CostModel) -> Verdicts {
+        let tenants = snapshot
+            .tenants
+            .iter()
+            .map(|t| {
+                let Some(floor) = t.spec.floor else {
+                    return TenantVerdict::default();
+                };
+                TenantVerdict {
+                    entitled: Some(floor.value()),
+                    floor_met: t.usage.as_ref().map(|u| {
+                        floor_met_without_demand(
+                            used_in_unit_of(u, floor, cost),
+                            floor.value(),
+                            contended,
+                        )
+                    }),
+                }
+            })
+            .collect();
+        Verdicts { contended, tenants }
+    }
+}
+
+/// What `usage` amounts to in the unit of `rate`.
+pub fn used_in_unit_of(usage: &Usage, rate: Rate, cost: &CostModel) -> f64 {
+    match rate {
+        Rate::Iops(_) => usage.iops(),
+        Rate::BytesPerSec(_) => usage.bytes_per_sec(),
+        Rate::Cost(_) => cost.cost_rate(usage),
+    }
+}
+
+/// Contention as a policy without a capacity loop judges it: the tenants'
+/// load (and the load beside them it was told of) at the model's price, as
+/// a share of the capacity, at or past [`DEFAULT_BORDER`].
+pub fn contended_at_model(snapshot: &Snapshot, cost: &CostModel, capacity: f64) -> bool {
+    let load: f64 = snapshot
+        .tenants
+        .iter()
+        .filter_map(|t| t.usage.as_ref())
+        .map(|u| cost.cost_rate(u))
+        .sum();
+    let foreign = if snapshot.foreign_load.is_finite() {
+        snapshot.foreign_load.max(0.0)
+    } else {
+        0.0
+    };
+    contended(
+        (load + foreign) / capacity,
+        DEFAULT_BORDER,
+        snapshot.device.map(|d| d.avg_queue),
+        None,
+    )
 }
 
 #[cfg(test)]

@@ -89,6 +89,7 @@ pub struct Metrics {
     capacity: Family<DeviceLabels, GaugeF>,
     device_latency: Family<DeviceLabels, GaugeF>,
     floors_feasible: Family<DeviceLabels, GaugeF>,
+    contended: Family<DeviceLabels, GaugeF>,
     floor_shortfall: Family<DeviceLabels, GaugeF>,
     latency_threshold: Family<DeviceLabels, GaugeF>,
     tenants: Family<DeviceLabels, GaugeF>,
@@ -139,6 +140,7 @@ impl Metrics {
             capacity: Family::default(),
             device_latency: Family::default(),
             floors_feasible: Family::default(),
+            contended: Family::default(),
             floor_shortfall: Family::default(),
             latency_threshold: Family::default(),
             tenants: Family::default(),
@@ -237,6 +239,11 @@ impl Metrics {
             "iofloor_device_floors_feasible",
             "1 if the active tenants' floors fit the learned capacity; 0 while every entitlement is scaled down",
             m.floors_feasible.clone(),
+        );
+        r.register(
+            "iofloor_device_contended",
+            "1 if the policy judged the device contended over the last interval: the verdict each tenant's floor_met was judged with",
+            m.contended.clone(),
         );
         r.register(
             "iofloor_device_floor_shortfall_cost",
@@ -469,6 +476,10 @@ impl Metrics {
             ),
             (&self.floor_shortfall, state.floor_shortfall),
             (
+                &self.contended,
+                state.contended.map(|c| if c { 1.0 } else { 0.0 }),
+            ),
+            (
                 &self.latency_threshold,
                 state.latency_threshold_us.map(|us| us / 1e6),
             ),
@@ -619,6 +630,7 @@ mod tests {
             floor_shortfall: Some(0.0),
             latency_threshold_us: Some(7_875.0),
             latency_target_in_reach: Some(false),
+            contended: Some(true),
         };
         m.device(&state, 3);
         let text = m.encode();

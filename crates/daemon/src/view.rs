@@ -115,6 +115,10 @@ pub struct DeviceState {
     /// without a target).
     #[serde(default)]
     pub latency_target_in_reach: Option<bool>,
+    /// Whether the policy judged the device contended over the last
+    /// interval: the verdict every tenant's `floor_met` was judged with.
+    #[serde(default)]
+    pub contended: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -56,6 +56,7 @@ use super::{Feasibility, MixMemory, Policy, PolicyContext};
 use crate::capacity::{CapacityLoop, CapacitySettings, Observation, Verdict};
 use crate::error::ValidationError;
 use crate::hierarchy::{Claims, Tree};
+use crate::judge::Verdicts;
 use crate::model::{Caps, DeviceSample, Snapshot, TenantClass, Usage};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -101,7 +102,7 @@ impl Default for FloorParams {
     fn default() -> Self {
         FloorParams {
             target_utilisation: 0.97,
-            border: 0.9,
+            border: crate::judge::DEFAULT_BORDER,
             queue_knee: None,
             headroom: 0.2,
             release_factor: 1.5,
@@ -215,6 +216,8 @@ pub struct FloorPolicy {
     /// What the device really does for us, in cost units per second.
     capacity: CapacityLoop,
     feasibility: Option<Feasibility>,
+    /// Step 2's verdict of the last decision, for `Policy::verdicts`.
+    contended: bool,
 }
 
 /// One tenant's figures for a decision, all in cost units per second.
@@ -246,6 +249,7 @@ impl FloorPolicy {
                 ctx.capacity,
             ),
             feasibility: None,
+            contended: false,
             params,
             ctx,
         }
@@ -269,6 +273,10 @@ impl Policy for FloorPolicy {
         self.feasibility
     }
 
+    fn verdicts(&self, snapshot: &Snapshot) -> Verdicts {
+        Verdicts::judge(snapshot, self.contended, &self.ctx.cost)
+    }
+
     fn wants_early_decision(&self, device: &DeviceSample) -> bool {
         self.capacity
             .overloaded_in_part(device.mean_latency_us(), Some(device.avg_queue))
@@ -289,6 +297,7 @@ impl FloorPolicy {
     fn decide_on(&mut self, snapshot: &Snapshot, early_seen: Option<&DeviceSample>) -> Vec<Caps> {
         let priced = self.price(snapshot);
         let device = self.judge_device(snapshot, &priced, early_seen);
+        self.contended = device.contended;
         let tenants = self.estimate_demand(snapshot, &priced, &device);
         let shares = self.share(&priced, &tenants, &device);
         let caps = self.caps(&priced, &device, &tenants, &shares);

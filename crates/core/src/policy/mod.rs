@@ -12,6 +12,7 @@ pub use top_throttle::{TopThrottleParams, TopThrottlePolicy};
 
 use crate::cost::CostModel;
 use crate::error::ValidationError;
+use crate::judge::{self, Verdicts};
 use crate::model::{Caps, Snapshot, TenantSample, Usage};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -25,6 +26,11 @@ pub trait Policy: Send {
 
     /// Decides the caps for every tenant of the snapshot, in its order.
     fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps>;
+
+    /// What the last decision judged of the interval it decided on: called
+    /// right after `decide` (or `decide_early`) with the same snapshot, so
+    /// that what is shown follows the rule the policy decided by.
+    fn verdicts(&self, snapshot: &Snapshot) -> Verdicts;
 
     /// The device capacity the policy currently believes in, in cost units
     /// per second, for metrics; `None` for policies that do not estimate it.
@@ -247,6 +253,17 @@ impl Policy for NonePolicy {
         self.mixes.retain(snapshot.tenants);
         caps
     }
+
+    fn verdicts(&self, snapshot: &Snapshot) -> Verdicts {
+        verdicts_at_model(&self.ctx, snapshot)
+    }
+}
+
+/// The verdicts of a policy that judges contention by its model alone
+/// ([`judge::contended_at_model`]).
+pub(crate) fn verdicts_at_model(ctx: &PolicyContext, snapshot: &Snapshot) -> Verdicts {
+    let contended = judge::contended_at_model(snapshot, &ctx.cost, ctx.capacity);
+    Verdicts::judge(snapshot, contended, &ctx.cost)
 }
 
 /// Remembers each tenant's last non-idle traffic shape, so floors stated in

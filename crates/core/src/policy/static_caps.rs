@@ -29,6 +29,10 @@ impl Policy for StaticPolicy {
         "static"
     }
 
+    fn verdicts(&self, snapshot: &Snapshot) -> crate::judge::Verdicts {
+        super::verdicts_at_model(&self.ctx, snapshot)
+    }
+
     fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
         let mixes: Vec<_> = snapshot
             .tenants

@@ -134,6 +134,10 @@ impl Policy for TopThrottlePolicy {
         "top-throttle"
     }
 
+    fn verdicts(&self, snapshot: &Snapshot) -> crate::judge::Verdicts {
+        super::verdicts_at_model(&self.ctx, snapshot)
+    }
+
     fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
         let now = snapshot.now;
         let due = match self.last_run {

@@ -4,7 +4,7 @@
 use super::{Service, Tenant, QMP_TIMEOUT};
 use crate::config::{Config, DeviceConfig, ModelSource};
 use crate::view::{DeviceState, UsageView};
-use iofloor_core::{judge, Controller, CostModel, PolicyContext};
+use iofloor_core::{Controller, CostModel, PolicyContext};
 use iofloor_host::qmp_backend::{HybridBackend, QmpBackend};
 use iofloor_host::{CgroupBackend, DevId};
 use std::collections::HashMap;
@@ -85,6 +85,16 @@ fn device_present(d: &DeviceConfig) -> bool {
         .is_some_and(|sectors| sectors > 0)
 }
 
+/// The policy's parameters for a device: the config's, with the queue knee
+/// calibration measured where the config sets none.
+fn policy_params(config: &Config, calibrated_knee: Option<f64>) -> iofloor_core::PolicyParams {
+    let mut params = config.params.clone();
+    if params.floor.queue_knee.is_none() {
+        params.floor.queue_knee = calibrated_knee;
+    }
+    params
+}
+
 /// Builds a device's controller. The cluster's shared device gets the agent
 /// policy (`agent`): it applies what the allocator decides, or its fallback.
 pub(super) fn build_device(
@@ -95,10 +105,7 @@ pub(super) fn build_device(
 ) -> anyhow::Result<DeviceLoop> {
     let work = std::env::temp_dir().join(format!("iofloor-calibrate-{}", std::process::id()));
     let (cost, knee) = cost_model(d, &work)?;
-    let mut params = config.params.clone();
-    if params.floor.queue_knee.is_none() {
-        params.floor.queue_knee = knee;
-    }
+    let params = policy_params(config, knee);
     let policy: Box<dyn iofloor_core::Policy> = match agent {
         Some((cluster, link)) => Box::new(iofloor_cluster::AgentPolicy::new(
             cluster.host.clone(),
@@ -144,35 +151,9 @@ pub(super) fn build_device(
             latency_threshold_us: None,
             latency_target_in_reach: None,
             capacity_estimate: None,
+            contended: None,
         },
     })
-}
-
-/// Whether the device was contended over the interval, by the one
-/// definition the policy and the report use: the load handed out (the
-/// tenants' cost rate over the capacity the policy believes in) at or past
-/// the border, or the queue past its knee.
-fn contended(config: &Config, state: &DeviceState, load_cost: f64) -> bool {
-    let params = &config.params.floor;
-    let capacity = state.capacity_estimate.unwrap_or(1.0);
-    judge::contended(
-        load_cost / capacity,
-        params.border,
-        state.avg_queue,
-        params.queue_knee,
-    )
-}
-
-/// Whether a tenant met its floor over the interval, not knowing its demand:
-/// unknown without a floor or a sample (docs/config.md).
-pub(super) fn floor_met(tenant: &Tenant, contended: bool) -> Option<bool> {
-    let floor = tenant.spec.floor?;
-    let usage = tenant.usage.as_ref()?;
-    Some(judge::floor_met_without_demand(
-        usage.in_unit_of(floor),
-        floor.value(),
-        contended,
-    ))
 }
 
 impl Service {
@@ -241,6 +222,7 @@ impl Service {
         if !present {
             d.state.utilisation = None;
             d.state.avg_queue = None;
+            d.state.contended = None;
             let error = format!("device {} removed", d.config.name);
             for t in self.tenants.values_mut().filter(|t| t.device == di) {
                 t.available = false;
@@ -310,8 +292,9 @@ impl Service {
             .iter()
             .map(|(n, e)| (n.as_str(), e.as_str()))
             .collect();
-        let mut load_cost = 0.0;
-        for (sample, caps) in report.samples.iter().zip(&report.applied) {
+        d.state.contended = Some(report.verdicts.contended);
+        let judged = report.samples.iter().zip(&report.applied);
+        for ((sample, caps), verdict) in judged.zip(&report.verdicts.tenants) {
             let name = sample.spec.name.as_str();
             let Some(t) = self.tenants.get_mut(name) else {
                 continue;
@@ -323,17 +306,12 @@ impl Service {
                 .usage
                 .as_ref()
                 .map(|u| UsageView::new(u, d.cost.cost_rate(u)));
-            load_cost += t.usage.map(|u| u.cost).unwrap_or(0.0);
+            // The policy's verdict, not judged again here (issue 33).
+            t.floor_met = verdict.floor_met;
             if let Some(u) = sample.usage.filter(|u| !u.is_idle()) {
                 t.last_mix = Some(u);
             }
             note_availability(t, name, errors.get(name).copied());
-        }
-        let contended = contended(&self.config, &d.state, load_cost);
-        for sample in &report.samples {
-            if let Some(t) = self.tenants.get_mut(sample.spec.name.as_str()) {
-                t.floor_met = floor_met(t, contended);
-            }
         }
         for name in &report.counter_resets {
             warn!(tenant = %name, "counters went backwards (cgroup or VM recreated?); its limits are written again");
@@ -371,46 +349,97 @@ fn note_availability(t: &mut Tenant, name: &str, error: Option<&str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iofloor_core::{
+        judge, Backend, Counters, DeviceCounters, PolicyKind, Rate, TenantClass, TenantSpec,
+    };
+    use std::sync::Arc;
 
-    fn state(capacity: Option<f64>, queue: f64) -> DeviceState {
-        DeviceState {
-            device: "7:0".into(),
-            path: String::new(),
-            utilisation: Some(1.0),
-            avg_queue: Some(queue),
-            capacity_estimate: capacity,
-            latency_us: None,
-            floors_feasible: None,
-            floor_shortfall: None,
-            latency_threshold_us: None,
-            latency_target_in_reach: None,
+    /// A device that serves `iops` 4 KiB random reads per second to each
+    /// tenant and keeps `queue` I/Os in flight on average.
+    struct Steady {
+        iops: u64,
+        queue: u64,
+        seconds: u64,
+    }
+
+    impl Backend for Steady {
+        type Error = String;
+        fn read_counters(&mut self, _: &TenantSpec) -> Result<Counters, String> {
+            let ios = self.iops * self.seconds;
+            Ok(Counters {
+                read_ios: ios,
+                read_bytes: ios * 4096,
+                ..Counters::default()
+            })
+        }
+        fn read_device(&mut self) -> Option<DeviceCounters> {
+            let ns = self.seconds * 1_000_000_000;
+            Some(DeviceCounters {
+                busy_ns: ns,
+                queue_ns: self.queue * ns,
+                completions: 2 * self.iops * self.seconds,
+            })
+        }
+        fn apply_caps(&mut self, _: &TenantSpec, _: &iofloor_core::Caps) -> Result<(), String> {
+            Ok(())
         }
     }
 
+    /// The service shows the verdict the policy decided by. With a queue
+    /// knee from calibration (the config sets none), a device whose queue is
+    /// past the knee is contended although the load is far under the
+    /// border, so a tenant under its floor missed it. Judged again from the
+    /// config's own parameters, as the service did before, it was shown as
+    /// met.
     #[test]
-    fn contention_is_the_policys_load_share_or_a_queue_past_the_knee() {
-        let text = "[[device]]\nid = \"7:0\"\nmodel = { rbps = 1e9, rseqiops = 1e3, rrandiops = 1e3, wbps = 1e9, wseqiops = 1e3, wrandiops = 1e3 }\n";
-        let mut config = Config::parse(text, Path::new("/x.toml")).unwrap();
-        assert!(
-            contended(&config, &state(None, 1.0), 0.95),
-            "load past the border"
+    fn floor_met_follows_the_calibrated_knee_the_policy_decided_by() {
+        let text = "[[device]]\nid = \"7:0\"\nmodel = { rbps = 1e9, rseqiops = 4e3, rrandiops = 4e3, wbps = 1e9, wseqiops = 4e3, wrandiops = 4e3 }\n";
+        let config = Config::parse(text, Path::new("/x.toml")).unwrap();
+        assert_eq!(config.params.floor.queue_knee, None);
+        let params = policy_params(&config, Some(2.0));
+        let cost = iofloor_core::synthetic::iops_only_model(4000.0);
+        let policy = iofloor_core::build_policy(
+            PolicyKind::Floor,
+            &params,
+            PolicyContext {
+                cost,
+                capacity: 1.0,
+            },
+        );
+        let spec = |name: &str| {
+            Arc::new(TenantSpec::new(name, TenantClass::Container).with_floor(Rate::Iops(1000.0)))
+        };
+        let mut controller = Controller::new(policy, vec![spec("db"), spec("web")]);
+        let mut device = Steady {
+            iops: 500,
+            queue: 6,
+            seconds: 0,
+        };
+        let mut report = controller.tick(Duration::ZERO, &mut device);
+        for s in 1..=3 {
+            device.seconds = s;
+            report = controller.tick(Duration::from_secs(s), &mut device);
+        }
+        let load = report
+            .samples
+            .iter()
+            .filter_map(|s| s.usage.as_ref())
+            .map(|u| cost.cost_rate(u))
+            .sum::<f64>();
+        let judged_again = judge::contended(
+            load,
+            config.params.floor.border,
+            report.device.map(|d| d.avg_queue),
+            config.params.floor.queue_knee,
         );
         assert!(
-            !contended(&config, &state(None, 30.0), 0.5),
-            "no knee: the queue says nothing"
+            !judged_again,
+            "a quarter of the device, no knee in the config"
         );
-        assert!(
-            contended(&config, &state(Some(0.5), 1.0), 0.46),
-            "a learned capacity of half the model's: 0.46 is 92 % of it"
-        );
-        config.params.floor.queue_knee = Some(4.0);
-        assert!(
-            !contended(&config, &state(None, 2.0), 0.5),
-            "a busy device with a short queue"
-        );
-        assert!(
-            contended(&config, &state(None, 8.0), 0.5),
-            "queue past the knee"
-        );
+        assert!(report.verdicts.contended, "queue 6 is past the knee of 2");
+        for v in &report.verdicts.tenants {
+            assert_eq!(v.entitled, Some(1000.0));
+            assert_eq!(v.floor_met, Some(false), "500 of a 1,000 IOPS floor");
+        }
     }
 }

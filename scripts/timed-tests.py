@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Runs every test binary of the workspace one after another and prints how
+long each took, its slowest tests and the total, so that a slow suite shows
+where its time goes (issue 33).
+
+    scripts/timed-tests.py            # build, then run every binary
+    scripts/timed-tests.py sim daemon # only the binaries whose name contains one of these
+
+`cargo test` itself cannot do this on stable Rust: libtest's `--report-time`
+and JSON output need nightly. So the binaries are built with
+`cargo test --no-run`, then run here as cargo would run them (from their
+package's directory), every binary even after one fails, and a test's time
+is read as the time between its result line and the one before it: exact
+where a binary runs its tests one at a time (the real-device binaries hold a
+lock so that they do), an upper bound where tests run side by side.
+Doc tests run last, through cargo. Exits 1 if anything failed.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+SLOW_TEST_SECONDS = 20.0
+RESULT = re.compile(r"^test (\S+) \.\.\. (ok|FAILED|ignored)")
+SUMMARY = re.compile(r"^test result: (\w+)\. (\d+) passed; (\d+) failed; (\d+) ignored")
+
+
+def build():
+    """Builds the test binaries; returns (name, executable, cwd) for each."""
+    cmd = ["cargo", "test", "--workspace", "--locked", "--no-run",
+           "--message-format=json-render-diagnostics"]
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True).stdout
+    binaries = []
+    for line in out.splitlines():
+        msg = json.loads(line)
+        if msg.get("reason") != "compiler-artifact" or not msg.get("profile", {}).get("test"):
+            continue
+        if not msg.get("executable"):
+            continue
+        cwd = os.path.dirname(msg["manifest_path"])
+        crate_dir = os.path.basename(cwd)
+        target = msg["target"]
+        kind = target["kind"][0]
+        name = f"{crate_dir}::{target['name']}" if kind == "test" else f"{crate_dir} ({kind})"
+        binaries.append((name, msg["executable"], cwd))
+    return binaries
+
+
+def run(name, cmd, cwd, log_dir):
+    """Runs one binary, streaming its output to a log; returns its figures."""
+    log_path = os.path.join(log_dir, re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".log")
+    started = last = time.monotonic()
+    tests, passed, failed, ignored = [], 0, 0, 0
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace")
+        for line in proc.stdout:
+            log.write(line)
+            now = time.monotonic()
+            m = RESULT.match(line)
+            if m and m.group(2) != "ignored":
+                tests.append((now - last, m.group(1), m.group(2)))
+                last = now
+            m = SUMMARY.match(line)
+            if m:
+                passed += int(m.group(2))
+                failed += int(m.group(3))
+                ignored += int(m.group(4))
+        code = proc.wait()
+    return {
+        "name": name, "seconds": time.monotonic() - started, "code": code,
+        "passed": passed, "failed": failed, "ignored": ignored,
+        "tests": tests, "log": log_path,
+    }
+
+
+def main():
+    wanted = sys.argv[1:]
+    suite_started = time.monotonic()
+    t0 = time.monotonic()
+    binaries = build()
+    build_seconds = time.monotonic() - t0
+    log_dir = os.path.abspath("target/test-logs")
+    os.makedirs(log_dir, exist_ok=True)
+    results = []
+    for name, exe, cwd in binaries:
+        if wanted and not any(w in name for w in wanted):
+            continue
+        r = run(name, [exe], cwd, log_dir)
+        status = "ok" if r["code"] == 0 else f"FAILED (exit {r['code']})"
+        print(f"{r['seconds']:8.1f} s  {name:<36} {r['passed']:4} passed  {status}", flush=True)
+        if r["code"] != 0:
+            with open(r["log"]) as f:
+                sys.stdout.write("".join(f.readlines()[-40:]))
+        results.append(r)
+    if not wanted:
+        r = run("doc tests", ["cargo", "test", "--workspace", "--locked", "--doc", "-q"],
+                os.getcwd(), log_dir)
+        status = "ok" if r["code"] == 0 else f"FAILED (exit {r['code']})"
+        print(f"{r['seconds']:8.1f} s  {'doc tests':<36} {r['passed']:4} passed  {status}")
+        results.append(r)
+
+    print(f"\ntest binaries built in {build_seconds:.0f} s; slowest binaries:")
+    for r in sorted(results, key=lambda r: -r["seconds"])[:8]:
+        print(f"{r['seconds']:8.1f} s  {r['name']}")
+    slow = sorted(((s, f"{r['name']}: {t}") for r in results for s, t, _ in r["tests"]
+                   if s >= SLOW_TEST_SECONDS), reverse=True)
+    if slow:
+        print(f"tests over {SLOW_TEST_SECONDS:.0f} s:")
+        for s, t in slow:
+            print(f"{s:8.1f} s  {t}")
+    failed = [r["name"] for r in results if r["code"] != 0]
+    total = time.monotonic() - suite_started
+    print(f"tests: {len(results)} binaries, {sum(r['passed'] for r in results)} passed, "
+          f"{sum(r['failed'] for r in results)} failed in {total / 60:.1f} min "
+          f"(logs in {os.path.relpath(log_dir)})")
+    if failed:
+        print("failed: " + ", ".join(failed))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
