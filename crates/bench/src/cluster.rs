@@ -18,10 +18,10 @@ use crate::{BenchError, BenchOptions, Result};
 use iofloor_core::policy::PolicyKind;
 use iofloor_core::units::Rate;
 use iofloor_host::cgroup::{self, DevId};
-use iofloor_host::cluster_bed::ClusterBed;
-use iofloor_host::rig::RigSpec;
 use iofloor_scenario::format::ClusterEventKind;
-use iofloor_scenario::{Control, RawRun, RunEnvironment, Scenario, Testbed};
+use iofloor_scenario::{Control, Platform, RawRun, RunEnvironment, Scenario};
+use iofloor_testbed::cluster::ClusterBed;
+use iofloor_testbed::rig::RigSpec;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -36,9 +36,9 @@ const READY_WITHIN: Duration = Duration::from_secs(60);
 /// How long an agent gets to put its limits back after SIGTERM.
 const STOP_WITHIN: Duration = Duration::from_secs(20);
 
-/// The cluster bed as the harness's testbed: one run at a time, each host's
+/// The cluster bed as the harness's platform: one run at a time, each host's
 /// tenants on its own device, the agents driving the throttles.
-pub struct ClusterTestbed<'a> {
+pub struct ClusterPlatform<'a> {
     pub opts: &'a BenchOptions,
     bed: ClusterBed,
     /// The iofloor binary the agents run.
@@ -52,7 +52,7 @@ pub struct ClusterTestbed<'a> {
     stop: &'a AtomicBool,
 }
 
-impl<'a> ClusterTestbed<'a> {
+impl<'a> ClusterPlatform<'a> {
     /// Checks what the run needs (root, the bed, enough hosts, fio, floors
     /// that fit) and says clearly what is missing.
     pub fn new(
@@ -61,7 +61,7 @@ impl<'a> ClusterTestbed<'a> {
         bed_state_dir: &Path,
         agent: &Path,
         stop: &'a AtomicBool,
-    ) -> Result<ClusterTestbed<'a>> {
+    ) -> Result<ClusterPlatform<'a>> {
         let invalid = |m: String| Err(BenchError::Invalid(m));
         let Some(cluster) = &scenario.cluster else {
             return invalid(format!(
@@ -122,7 +122,7 @@ impl<'a> ClusterTestbed<'a> {
             .iter()
             .filter_map(|t| Some((t.spec.name.clone(), t.host?)))
             .collect();
-        Ok(ClusterTestbed {
+        Ok(ClusterPlatform {
             opts,
             bed,
             agent: agent.to_path_buf(),
@@ -142,7 +142,7 @@ impl<'a> ClusterTestbed<'a> {
     }
 }
 
-impl Testbed for ClusterTestbed<'_> {
+impl Platform for ClusterPlatform<'_> {
     type Error = BenchError;
 
     fn kind(&self) -> &'static str {

@@ -3,8 +3,8 @@
 //! fio processes started and stopped on the scenario's schedule inside them,
 //! the chosen policy driven live through the cgroup backend at the control
 //! interval, and per-second per-tenant series recorded from the cgroup
-//! counters, /proc/diskstats and fio's per-I/O latency logs. [`FioTestbed`]
-//! is the scenario harness's [`Testbed`] for real devices, so baselines,
+//! counters, /proc/diskstats and fio's per-I/O latency logs. [`FioPlatform`]
+//! is the scenario harness's [`Platform`] for real devices, so baselines,
 //! records and measures are the simulator's, and a report can be rebuilt from
 //! a results directory. Everything it creates — cgroups, fio processes,
 //! throttles — is removed at the end, on error and on Ctrl-C.
@@ -18,9 +18,9 @@ use iofloor_core::policy::PolicyKind;
 use iofloor_core::CostModel;
 use iofloor_host::cgroup::{self, DevId};
 use iofloor_host::fio;
-use iofloor_host::rig::Rig;
 use iofloor_report::record::RunRecord;
-use iofloor_scenario::{Control, RawRun, RunEnvironment, Scenario, Testbed};
+use iofloor_scenario::{Control, Platform, RawRun, RunEnvironment, Scenario};
+use iofloor_testbed::rig::Rig;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -169,17 +169,17 @@ pub fn planned_time(scenario: &Scenario, opts: &BenchOptions) -> Duration {
         + (opts.alone.min(scenario.duration) + opts.settle) * alone
 }
 
-/// A real block device as the harness's testbed: one run at a time, fio in
+/// A real block device as the harness's platform: one run at a time, fio in
 /// cgroups (or behind QEMU for VM tenants), the policy live on the kernel's
 /// throttles.
-pub struct FioTestbed<'a> {
+pub struct FioPlatform<'a> {
     pub opts: &'a BenchOptions,
     pub dev: DevId,
     /// Set by a signal handler: every run and pause stops at the next check.
     pub stop: &'a AtomicBool,
 }
 
-impl Testbed for FioTestbed<'_> {
+impl Platform for FioPlatform<'_> {
     type Error = BenchError;
 
     fn kind(&self) -> &'static str {
@@ -293,15 +293,15 @@ fn environment(with_qemu: bool) -> RunEnvironment {
 /// policy as a cluster and with every host alone.
 pub fn run_cluster(
     scenario: &Scenario,
-    testbed: &cluster::ClusterTestbed<'_>,
+    platform: &cluster::ClusterPlatform<'_>,
     progress: &(dyn Fn(f64, &str) + Sync),
 ) -> Result<Vec<RunRecord>> {
-    std::fs::create_dir_all(&testbed.opts.work_dir).map_err(|source| BenchError::Io {
-        path: testbed.opts.work_dir.clone(),
+    std::fs::create_dir_all(&platform.opts.work_dir).map_err(|source| BenchError::Io {
+        path: platform.opts.work_dir.clone(),
         source,
     })?;
-    let scenario = with_model(scenario, testbed.opts);
-    iofloor_scenario::run_policies(testbed, &scenario, &testbed.opts.policies, progress)
+    let scenario = with_model(scenario, platform.opts);
+    iofloor_scenario::run_policies(platform, &scenario, &platform.opts.policies, progress)
 }
 
 /// Runs the alone baselines and every policy (plus `none`) through the
@@ -319,6 +319,6 @@ pub fn run(
         source,
     })?;
     let scenario = with_model(scenario, opts);
-    let testbed = FioTestbed { opts, dev, stop };
-    iofloor_scenario::run_policies(&testbed, &scenario, &opts.policies, progress)
+    let platform = FioPlatform { opts, dev, stop };
+    iofloor_scenario::run_policies(&platform, &scenario, &opts.policies, progress)
 }

@@ -57,7 +57,7 @@ pub(crate) enum Driver<'a> {
     Agents(AgentPlan<'a>),
 }
 
-/// What a run needs from its testbed.
+/// What a run needs from its platform.
 pub(crate) struct Setup<'a> {
     pub opts: &'a BenchOptions,
     pub placement: Placement,
@@ -110,7 +110,7 @@ struct Play<'s> {
     /// QEMU path), then each unmanaged source's.
     tenant_device: Vec<PathBuf>,
     /// The rig behind the device, when the scenario changes its capacity.
-    rig: Option<iofloor_host::rig::Rig>,
+    rig: Option<iofloor_testbed::rig::Rig>,
     work: PathBuf,
     devs: Vec<DevId>,
 }

@@ -66,11 +66,11 @@ pub(crate) struct Session {
     spawned: u32,
     cleaned: bool,
     /// qemu-storage-daemon paths of VM tenants, removed with the session.
-    vm_paths: Vec<iofloor_host::rig::Rig>,
+    vm_paths: Vec<iofloor_testbed::rig::Rig>,
     /// Loop devices made for another host's load, detached with the session.
     other_host_devices: Vec<PathBuf>,
     /// A rig whose capacity the run changes, and the limits to put back.
-    rig_to_restore: Option<(iofloor_host::rig::Rig, iofloor_host::rig::RigSpec)>,
+    rig_to_restore: Option<(iofloor_testbed::rig::Rig, iofloor_testbed::rig::RigSpec)>,
 }
 
 /// Sends `sig` to a process this bench started, by its PID.
@@ -129,7 +129,7 @@ impl Session {
     /// A loop device over the rig's export, as another host attached to
     /// the same storage: its I/O passes the rig's throttle group but never
     /// this host's device counters. Detached with the session.
-    pub fn add_other_host_device(&mut self, rig: &iofloor_host::rig::Rig) -> Result<PathBuf> {
+    pub fn add_other_host_device(&mut self, rig: &iofloor_testbed::rig::Rig) -> Result<PathBuf> {
         let out = std::process::Command::new("losetup")
             .args(["-f", "--show", "--direct-io=on"])
             .arg(&rig.mountpoint)
@@ -148,7 +148,11 @@ impl Session {
     }
 
     /// Changes the rig's capacity; the first change remembers what to put back.
-    pub fn change_rig_capacity(&mut self, rig: &iofloor_host::rig::Rig, factor: f64) -> Result<()> {
+    pub fn change_rig_capacity(
+        &mut self,
+        rig: &iofloor_testbed::rig::Rig,
+        factor: f64,
+    ) -> Result<()> {
         let original = match &self.rig_to_restore {
             Some((_, spec)) => *spec,
             None => {
@@ -165,8 +169,8 @@ impl Session {
         &mut self,
         device: &Path,
         state_root: &Path,
-    ) -> Result<&iofloor_host::rig::Rig> {
-        let vm = iofloor_host::rig::Rig::up_vm_path(device, state_root)?;
+    ) -> Result<&iofloor_testbed::rig::Rig> {
+        let vm = iofloor_testbed::rig::Rig::up_vm_path(device, state_root)?;
         self.vm_paths.push(vm);
         Ok(self.vm_paths.last().expect("just pushed"))
     }

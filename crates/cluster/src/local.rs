@@ -1,6 +1,6 @@
 //! An etcd cluster of `n` members on this machine (127.0.0.1, free ports),
 //! for the tests (the `cluster up` test bed runs its members in network
-//! namespaces, `iofloor_host::cluster_bed`): each member a child process
+//! namespaces, `iofloor_testbed::cluster`): each member a child process
 //! with its data under a directory of its own, killed by PID and its data
 //! removed when dropped.
 

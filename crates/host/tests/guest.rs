@@ -11,15 +11,15 @@ use iofloor_core::policy::{self, PolicyContext, PolicyKind, PolicyParams};
 use iofloor_core::{
     Backend, Caps, Controller, CostModel, CostParams, Rate, TenantClass, TenantSpec,
 };
-use iofloor_host::guest::{Guest, DRIVE};
 use iofloor_host::qmp_backend::{QmpBackend, QmpTarget};
 use iofloor_host::HostError;
+use iofloor_testbed::guest::{Guest, DRIVE};
 use std::sync::Arc;
 use std::time::Duration;
 
 fn real_environment() -> bool {
-    use iofloor_host::testenv::{require, Need};
-    let dir = iofloor_host::guest::image_dir();
+    use iofloor_testbed::needs::{require, Need};
+    let dir = iofloor_testbed::guest::image_dir();
     let test = std::thread::current().name().unwrap_or("guest").to_string();
     require(
         &test,

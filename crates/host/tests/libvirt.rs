@@ -8,14 +8,14 @@
 //! restart survived by reconnecting.
 
 use iofloor_core::{Backend, Caps, TenantClass, TenantSpec};
-use iofloor_host::libvirt::testbed::{Daemon, Domain};
 use iofloor_host::libvirt::{IoTune, LibvirtBackend, DEFAULT_URI};
 use iofloor_host::HostError;
+use iofloor_testbed::libvirt::{Daemon, Domain};
 use std::time::Duration;
 
 fn real_environment() -> bool {
-    use iofloor_host::testenv::{require, Need};
-    let dir = iofloor_host::guest::image_dir();
+    use iofloor_testbed::needs::{require, Need};
+    let dir = iofloor_testbed::guest::image_dir();
     require(
         "libvirt",
         &[

@@ -5,7 +5,7 @@
 use iofloor_core::{Backend, Caps, TenantClass, TenantSpec};
 use iofloor_host::fio::FioJob;
 use iofloor_host::qmp_backend::{QmpBackend, QmpTarget};
-use iofloor_host::rig::{Rig, RigSpec};
+use iofloor_testbed::rig::{Rig, RigSpec};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
 use std::path::Path;
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 fn real_environment() -> bool {
     let test = std::thread::current().name().unwrap_or("qmp").to_string();
-    iofloor_host::testenv::require(&test, &iofloor_host::testenv::real_kernel())
+    iofloor_testbed::needs::require(&test, &iofloor_testbed::needs::real_kernel())
 }
 
 fn fio(dev: &Path, out: &Path, secs: f64) -> f64 {

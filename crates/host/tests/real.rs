@@ -7,18 +7,18 @@
 use iofloor_core::Caps;
 use iofloor_host::cgroup::{self, controller, DevId, IoController, Version};
 use iofloor_host::fio::{read_output, FioJob};
-use iofloor_host::rig::{Rig, RigSpec};
-use iofloor_host::testenv::{self, Need};
+use iofloor_testbed::needs::{self, Need};
+use iofloor_testbed::rig::{Rig, RigSpec};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use testenv::BLKIO;
+use needs::BLKIO;
 
 fn real_environment(programs: &[&'static str]) -> bool {
     let mut needs = vec![Need::Root, Need::CgroupV1Blkio];
     needs.extend(programs.iter().map(|p| Need::Program(p)));
     let test = std::thread::current().name().unwrap_or("real").to_string();
-    testenv::require(&test, &needs)
+    needs::require(&test, &needs)
 }
 
 /// A loop device over a file on tmpfs, detached on drop.

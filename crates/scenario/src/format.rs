@@ -418,7 +418,7 @@ pub struct Cluster {
     pub stale_after: Duration,
     /// (time, host index, what) in time order.
     pub events: Vec<(Duration, usize, ClusterEventKind)>,
-    /// Where the first tenant names its host, for a testbed that cannot
+    /// Where the first tenant names its host, for a platform that cannot
     /// play a cluster to say so.
     pub declared: Placed<String>,
 }

@@ -1,4 +1,4 @@
-//! The one harness: a scenario's policies played on a [`Testbed`]. It owns
+//! The one harness: a scenario's policies played on a [`Platform`]. It owns
 //! everything that must not differ between a simulated and a real run: the
 //! `none` reference run every measure compares with, the alone baselines (a
 //! tenant's demand in each window and its p99 with the device to itself), the
@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-/// What one run on a testbed measured, before the harness adds the baselines.
+/// What one run on a platform measured, before the harness adds the baselines.
 #[derive(Debug, Clone, Default)]
 pub struct RawRun {
-    /// One window per second; `demand` is filled only where the testbed
+    /// One window per second; `demand` is filled only where the platform
     /// knows it (rate-limited jobs), the harness fills the rest from the alone runs.
     pub windows: Vec<Window>,
     /// Per tenant, after warm-up.
@@ -28,7 +28,7 @@ pub struct RawRun {
     pub ios_completed: u64,
 }
 
-/// Facts about the machine a testbed runs on, for the records' environment.
+/// Facts about the machine a platform runs on, for the records' environment.
 #[derive(Debug, Clone, Default)]
 pub struct RunEnvironment {
     pub kernel: Option<String>,
@@ -67,7 +67,7 @@ impl Control {
 }
 
 /// Where a scenario runs: the simulator, or fio on a real device.
-pub trait Testbed: Sync {
+pub trait Platform: Sync {
     type Error: std::error::Error + Send;
 
     /// "simulator" or "device".
@@ -110,8 +110,8 @@ pub trait Testbed: Sync {
     fn environment(&self, scenario: &Scenario) -> RunEnvironment;
 }
 
-/// A harness failure is the testbed's own error.
-pub type HarnessError<T> = <T as Testbed>::Error;
+/// A harness failure is the platform's own error.
+pub type HarnessError<T> = <T as Platform>::Error;
 
 /// `none` first (the reference for work conservation), then `policies` in
 /// order, each once.
@@ -153,8 +153,8 @@ enum Task {
 /// Runs every tenant alone and every requested policy plus `none`, and
 /// returns one record per policy (`none` first) with demand and the alone
 /// baselines filled in. `progress` gets the fraction done and what runs.
-pub fn run_policies<T: Testbed>(
-    testbed: &T,
+pub fn run_policies<T: Platform>(
+    platform: &T,
     scenario: &Scenario,
     policies: &[PolicyKind],
     progress: &(dyn Fn(f64, &str) + Sync),
@@ -163,7 +163,7 @@ pub fn run_policies<T: Testbed>(
     let kinds = controls(scenario, policies);
     let n = scenario.tenants.len();
     let mut tasks: Vec<Task> = (0..n)
-        .map(|i| Task::Alone(i, Box::new(testbed.alone_scenario(scenario, i))))
+        .map(|i| Task::Alone(i, Box::new(platform.alone_scenario(scenario, i))))
         .collect();
     tasks.extend(kinds.iter().map(|k| Task::Policy(*k)));
     let labels: Vec<String> = tasks
@@ -176,8 +176,8 @@ pub fn run_policies<T: Testbed>(
     let efforts: Vec<f64> = tasks
         .iter()
         .map(|t| match t {
-            Task::Alone(_, sc) => testbed.planned_effort(sc),
-            Task::Policy(_) => testbed.planned_effort(scenario),
+            Task::Alone(_, sc) => platform.planned_effort(sc),
+            Task::Policy(_) => platform.planned_effort(scenario),
         })
         .collect();
     let total_effort: f64 = efforts.iter().sum::<f64>().max(f64::MIN_POSITIVE);
@@ -199,16 +199,16 @@ pub fn run_policies<T: Testbed>(
             progress(d.iter().sum::<f64>() / total_effort, &labels[k]);
         };
         let out = match &tasks[k] {
-            Task::Alone(_, sc) => testbed.run(sc, None, &labels[k], &report),
-            Task::Policy(control) => testbed.run(scenario, Some(*control), &labels[k], &report),
+            Task::Alone(_, sc) => platform.run(sc, None, &labels[k], &report),
+            Task::Policy(control) => platform.run(scenario, Some(*control), &labels[k], &report),
         };
-        let out = out.and_then(|run| testbed.settle().map(|()| run));
+        let out = out.and_then(|run| platform.settle().map(|()| run));
         if out.is_err() {
             failed.store(true, Ordering::SeqCst);
         }
         *outputs[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
     };
-    let threads = testbed.parallel_runs().clamp(1, tasks.len().max(1));
+    let threads = platform.parallel_runs().clamp(1, tasks.len().max(1));
     if threads == 1 {
         worker();
     } else {
@@ -242,24 +242,24 @@ pub fn run_policies<T: Testbed>(
             (run, covers)
         })
         .collect();
-    let env = environment(testbed, scenario, started);
+    let env = environment(platform, scenario, started);
     Ok(kinds
         .iter()
         .zip(policy_runs)
-        .map(|(control, run)| assemble(testbed, scenario, &control.label(), run, &alone, &env))
+        .map(|(control, run)| assemble(platform, scenario, &control.label(), run, &alone, &env))
         .collect())
 }
 
-fn environment<T: Testbed>(testbed: &T, scenario: &Scenario, started: SystemTime) -> Environment {
+fn environment<T: Platform>(platform: &T, scenario: &Scenario, started: SystemTime) -> Environment {
     let unix = |t: SystemTime| {
         t.duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0)
     };
-    let machine = testbed.environment(scenario);
+    let machine = platform.environment(scenario);
     Environment {
         iofloor_version: env!("CARGO_PKG_VERSION").to_string(),
-        testbed: testbed.kind().to_string(),
+        testbed: platform.kind().to_string(),
         started_unix_s: unix(started),
         finished_unix_s: unix(SystemTime::now()),
         policy_model: *scenario.policy_model.params(),
@@ -274,9 +274,9 @@ fn environment<T: Testbed>(testbed: &T, scenario: &Scenario, started: SystemTime
 
 /// One policy's record: its run plus, per tenant, the alone p99 and — where
 /// the alone run covered the whole scenario — what it got alone in each
-/// window, which is its demand wherever the testbed did not know it.
-fn assemble<T: Testbed>(
-    testbed: &T,
+/// window, which is its demand wherever the platform did not know it.
+fn assemble<T: Platform>(
+    platform: &T,
     scenario: &Scenario,
     policy: &str,
     run: RawRun,
@@ -341,7 +341,7 @@ fn assemble<T: Testbed>(
         environment: Some(env.clone()),
         scenario: scenario.name.clone(),
         policy: policy.to_string(),
-        source: testbed.source(),
+        source: platform.source(),
         window_s: 1.0,
         warmup_s: scenario.warmup.as_secs_f64(),
         duration_s: scenario.duration.as_secs_f64(),

@@ -2,10 +2,10 @@
 //! where. It holds the scenario format (TOML: the device, the tenants, their
 //! fio-like jobs and how the load changes; validated with file, line and key
 //! in errors) and the one harness that plays a scenario's policies on a
-//! [`Testbed`]: the `none` reference run, every tenant alone (its demand and
+//! [`Platform`]: the `none` reference run, every tenant alone (its demand and
 //! its p99 baseline), the policy runs, and the assembly of the run records the
 //! report measures. The simulator and the real-device runner are two
-//! implementations of [`Testbed`], so their figures compare by construction.
+//! implementations of [`Platform`], so their figures compare by construction.
 
 pub mod format;
 pub mod harness;
@@ -13,5 +13,7 @@ mod locate;
 pub mod stats;
 
 pub use format::{Scenario, ScenarioError};
-pub use harness::{controls, run_policies, Control, HarnessError, RawRun, RunEnvironment, Testbed};
+pub use harness::{
+    controls, run_policies, Control, HarnessError, Platform, RawRun, RunEnvironment,
+};
 pub use stats::{DecisionStats, LatencyRecorder};

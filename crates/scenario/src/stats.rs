@@ -1,4 +1,4 @@
-//! The two accumulators every testbed fills while a run goes: a latency
+//! The two accumulators every platform fills while a run goes: a latency
 //! distribution per tenant and the policy's decision times. One definition, so
 //! a simulated and a real p99 are the same statistic.
 

@@ -8,7 +8,7 @@
 //! daemon uses on real cgroups, so a policy can be judged on the seed
 //! experiments in seconds, at any scale, in CI.
 //!
-//! [`Simulator`] is the scenario harness's [`Testbed`] for simulated runs:
+//! [`Simulator`] is the scenario harness's [`Platform`] for simulated runs:
 //! `iofloor_scenario::run_policies(&Simulator::new(threads), ...)` produces
 //! records of the same kind, with the same baselines, as a run on a device.
 
@@ -18,7 +18,7 @@ pub mod engine;
 pub use cluster::ExchangeStats;
 
 use engine::{Engine, EngineOutput};
-use iofloor_scenario::{Control, RawRun, RunEnvironment, Scenario, Testbed};
+use iofloor_scenario::{Control, Platform, RawRun, RunEnvironment, Scenario};
 
 /// Runs one policy (or none at all) on a scenario and returns the raw output.
 pub fn simulate(
@@ -29,7 +29,7 @@ pub fn simulate(
     Engine::new(scenario).run(control, progress)
 }
 
-/// The simulator as a testbed: runs are deterministic and independent, so
+/// The simulator as a platform: runs are deterministic and independent, so
 /// they go in parallel on `threads` threads.
 #[derive(Debug, Clone, Copy)]
 pub struct Simulator {
@@ -44,7 +44,7 @@ impl Simulator {
     }
 }
 
-impl Testbed for Simulator {
+impl Platform for Simulator {
     type Error = std::convert::Infallible;
 
     fn kind(&self) -> &'static str {

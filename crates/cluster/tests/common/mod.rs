@@ -14,11 +14,11 @@ pub fn etcd_available() -> bool {
         .name()
         .unwrap_or("an etcd test")
         .to_string();
-    iofloor_host::testenv::require(
+    iofloor_testbed::needs::require(
         &test,
         &[
-            iofloor_host::testenv::Need::Program("etcd"),
-            iofloor_host::testenv::Need::Program("etcdctl"),
+            iofloor_testbed::needs::Need::Program("etcd"),
+            iofloor_testbed::needs::Need::Program("etcdctl"),
         ],
     )
 }

@@ -14,7 +14,6 @@
 //! QEMU monitor that hangs is.
 
 mod ffi;
-pub mod testbed;
 
 use crate::error::{HostError, Result};
 use crate::qmp_backend::Hung;

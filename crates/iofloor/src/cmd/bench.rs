@@ -23,7 +23,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub cluster: bool,
     /// Where `iofloor cluster up` recorded the bed (with --cluster).
-    #[arg(long, default_value = iofloor_host::cluster_bed::DEFAULT_STATE_ROOT)]
+    #[arg(long, default_value = iofloor_testbed::cluster::DEFAULT_STATE_ROOT)]
     pub bed_state_dir: PathBuf,
     /// Policy to run; repeat for several (none is always run as the reference).
     #[arg(long = "policy")]
@@ -53,7 +53,7 @@ pub struct BenchArgs {
     pub vm_path: String,
     /// Where `iofloor rig up` recorded the rig behind `--device`: device
     /// changes and other-host load of a scenario are played on it.
-    #[arg(long, default_value = iofloor_host::rig::DEFAULT_STATE_ROOT)]
+    #[arg(long, default_value = iofloor_testbed::rig::DEFAULT_STATE_ROOT)]
     pub rig_state_dir: PathBuf,
 }
 
@@ -180,7 +180,7 @@ fn bench_cluster(
     let agent = std::env::current_exe().context("the path of this iofloor binary")?;
     let bed_state_dir = absolute("--bed-state-dir", &args.bed_state_dir)?;
     let testbed =
-        iofloor_bench::cluster::ClusterTestbed::new(sc, opts, &bed_state_dir, &agent, &stop)
+        iofloor_bench::cluster::ClusterPlatform::new(sc, opts, &bed_state_dir, &agent, &stop)
             .map_err(bench_error)?;
     let hosts: Vec<String> = testbed
         .devices()

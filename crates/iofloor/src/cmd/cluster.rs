@@ -1,6 +1,6 @@
 //! `cluster up|down|list|exec|partition|heal|kill-etcd|set`: the test bed of
 //! several hosts sharing one device over the network, with a 3-member etcd,
-//! on this one machine (`iofloor_host::cluster_bed`). `cluster set-floor` and
+//! on this one machine (`iofloor_testbed::cluster`). `cluster set-floor` and
 //! `cluster floors` work on any cluster, through an agent's API.
 
 use crate::cmd::rig::{parse_bps, state_root};
@@ -8,8 +8,8 @@ use crate::common::{bad, parse_size_arg};
 use anyhow::Context;
 use clap::Subcommand;
 use iofloor_core::units::Rate;
-use iofloor_host::cluster_bed::{ClusterBed, DEFAULT_STATE_ROOT, MAX_HOSTS};
-use iofloor_host::rig::RigSpec;
+use iofloor_testbed::cluster::{ClusterBed, DEFAULT_STATE_ROOT, MAX_HOSTS};
+use iofloor_testbed::rig::RigSpec;
 use std::path::PathBuf;
 use std::process::Command;
 

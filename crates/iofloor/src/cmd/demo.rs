@@ -5,7 +5,7 @@
 use crate::cmd::bench::{bench, BenchArgs};
 use crate::common::{absolute, bad, check_time_scale, load_scenario};
 use clap::Args;
-use iofloor_host::rig::{Rig, RigSpec};
+use iofloor_testbed::rig::{Rig, RigSpec};
 use std::path::{Path, PathBuf};
 
 #[derive(Args)]
@@ -107,7 +107,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
         scenario: args.scenario,
         device: Some(device),
         cluster: false,
-        bed_state_dir: PathBuf::from(iofloor_host::cluster_bed::DEFAULT_STATE_ROOT),
+        bed_state_dir: PathBuf::from(iofloor_testbed::cluster::DEFAULT_STATE_ROOT),
         policies: vec!["floor".into()],
         time_scale: args.time_scale,
         out: Some(out),

@@ -3,7 +3,7 @@
 
 use crate::common::{bad, parse_size_arg};
 use clap::Subcommand;
-use iofloor_host::rig::{Rig, RigSpec, DEFAULT_STATE_ROOT};
+use iofloor_testbed::rig::{Rig, RigSpec, DEFAULT_STATE_ROOT};
 use std::path::{Path, PathBuf};
 
 #[derive(Subcommand)]

@@ -9,13 +9,13 @@ pub fn bin() -> &'static str {
 }
 
 /// Root, cgroup v1 blkio, fio and qemu-storage-daemon, or the test fails
-/// (see `iofloor_host::testenv`).
+/// (see `iofloor_testbed::needs`).
 pub fn real_environment() -> bool {
     let test = std::thread::current()
         .name()
         .unwrap_or("a real-device test")
         .to_string();
-    iofloor_host::testenv::require(&test, &iofloor_host::testenv::real_kernel())
+    iofloor_testbed::needs::require(&test, &iofloor_testbed::needs::real_kernel())
 }
 
 /// A rig for one test, removed on drop.

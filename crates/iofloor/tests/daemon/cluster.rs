@@ -558,12 +558,12 @@ fn floors_set_for_the_cluster(h1: &Daemon, h2: &Daemon) {
 fn a_cluster_keeps_a_floor_that_hosts_alone_cannot_and_survives_failures() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !real_environment()
-        || !iofloor_host::testenv::require(
+        || !iofloor_testbed::needs::require(
             "a_cluster_keeps_a_floor_that_hosts_alone_cannot",
             &[
-                iofloor_host::testenv::Need::Program("etcd"),
-                iofloor_host::testenv::Need::Program("ip"),
-                iofloor_host::testenv::Need::Program("nsenter"),
+                iofloor_testbed::needs::Need::Program("etcd"),
+                iofloor_testbed::needs::Need::Program("ip"),
+                iofloor_testbed::needs::Need::Program("nsenter"),
             ],
         )
     {
@@ -629,12 +629,12 @@ fn a_cluster_keeps_a_floor_that_hosts_alone_cannot_and_survives_failures() {
 fn bench_cluster_plays_a_scenario_on_the_bed_with_an_agent_on_every_host() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !real_environment()
-        || !iofloor_host::testenv::require(
+        || !iofloor_testbed::needs::require(
             "bench_cluster_plays_a_scenario_on_the_bed",
             &[
-                iofloor_host::testenv::Need::Program("etcd"),
-                iofloor_host::testenv::Need::Program("fio"),
-                iofloor_host::testenv::Need::Program("nsenter"),
+                iofloor_testbed::needs::Need::Program("etcd"),
+                iofloor_testbed::needs::Need::Program("fio"),
+                iofloor_testbed::needs::Need::Program("nsenter"),
             ],
         )
     {

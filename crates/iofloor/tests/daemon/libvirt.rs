@@ -11,12 +11,12 @@
 use super::common::{real_environment, TestRig};
 use super::harness::{config, Cgroups, Daemon};
 use super::{tenant, SERIAL};
-use iofloor_host::libvirt::testbed::{self, Domain};
+use iofloor_testbed::libvirt::{self, Domain};
 use std::time::{Duration, Instant};
 
 /// The domain disk's read operations, as libvirt counts them.
 fn rd_req(domain: &str, disk: &str) -> u64 {
-    testbed::virsh(&["domblkstat", domain, disk])
+    libvirt::virsh(&["domblkstat", domain, disk])
         .unwrap()
         .lines()
         .find_map(|l| {
@@ -54,8 +54,8 @@ fn a_libvirt_domain_keeps_its_floor_beside_a_container_and_gets_its_limits_back(
     if !real_environment() {
         return;
     }
-    use iofloor_host::testenv::{require, Need};
-    let image = iofloor_host::guest::image_dir();
+    use iofloor_testbed::needs::{require, Need};
+    let image = iofloor_testbed::guest::image_dir();
     if !require(
         "a_libvirt_domain",
         &[
@@ -68,7 +68,7 @@ fn a_libvirt_domain_keeps_its_floor_beside_a_container_and_gets_its_limits_back(
     ) {
         return;
     }
-    let _libvirtd = testbed::Daemon::ensure().unwrap();
+    let _libvirtd = libvirt::Daemon::ensure().unwrap();
     let rig = TestRig::up(1500);
     let dir = tempfile::tempdir().unwrap();
     let name = format!("iofloor-e2e-{}", std::process::id());

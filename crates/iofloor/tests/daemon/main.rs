@@ -1232,18 +1232,19 @@ fn a_real_guest_and_a_container_share_a_device_under_the_daemon() {
     if !real_environment() {
         return;
     }
-    let image = iofloor_host::guest::image_dir();
+    let image = iofloor_testbed::guest::image_dir();
     let guest_needs = [
-        iofloor_host::testenv::Need::Program("qemu-system-x86_64"),
-        iofloor_host::testenv::Need::File(image.join("vmlinuz")),
+        iofloor_testbed::needs::Need::Program("qemu-system-x86_64"),
+        iofloor_testbed::needs::Need::File(image.join("vmlinuz")),
     ];
-    if !iofloor_host::testenv::require("a_real_guest", &guest_needs) {
+    if !iofloor_testbed::needs::require("a_real_guest", &guest_needs) {
         return;
     }
     let rig = TestRig::up(1500);
     let vm_dir = tempfile::tempdir().unwrap();
     let guest =
-        iofloor_host::guest::Guest::boot(vm_dir.path(), std::path::Path::new(&rig.device)).unwrap();
+        iofloor_testbed::guest::Guest::boot(vm_dir.path(), std::path::Path::new(&rig.device))
+            .unwrap();
     let mut cg = Cgroups::new("guest", &["box"]);
     let tenants = format!(
         r#"
@@ -1257,7 +1258,7 @@ drive = "{}"
 floor = "300 IOPS"
 "#,
         guest.qmp.display(),
-        iofloor_host::guest::DRIVE
+        iofloor_testbed::guest::DRIVE
     );
     // The same load watched under `none` first, then kept under `floor`.
     let text = config(&rig.device, 1500, &cg.parent, &tenants);
@@ -1310,7 +1311,7 @@ floor = "300 IOPS"
         .as_array()
         .unwrap()
         .iter()
-        .find(|b| b["qdev"] == iofloor_host::guest::DRIVE)
+        .find(|b| b["qdev"] == iofloor_testbed::guest::DRIVE)
         .unwrap();
     for key in ["iops", "iops_rd", "iops_wr", "bps", "bps_rd", "bps_wr"] {
         assert_eq!(disk["inserted"][key], 0, "{key} restored: {disk}");

@@ -19,11 +19,11 @@
 //! As with `rig`, the state is recorded before each resource is made, so
 //! `down` removes everything, also after a crash half-way.
 
-use crate::error::{HostError, Result};
 use crate::rig::{
     detach_loops_over, down_each, is_mounted, is_ours, qemu_value, read_pidfile, read_states, run,
     set_group_limits, stop_process, wait_mounted, which, RigSpec,
 };
+use iofloor_host::error::{HostError, Result};
 use serde::{Deserialize, Serialize};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

@@ -11,9 +11,9 @@
 //! `/run/iofloor/rigs`), written before each resource is created, so
 //! `down` removes everything a rig made, also after a crash.
 
-use crate::error::{HostError, Result};
-use crate::qmp::Qmp;
 use iofloor_core::ValidationError;
+use iofloor_host::error::{HostError, Result};
+use iofloor_host::qmp::Qmp;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::Command;

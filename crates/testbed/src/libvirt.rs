@@ -5,7 +5,7 @@
 //! device given, each read by the guest with O_DIRECT forever. Managed with
 //! `virsh`, so the backend under test is not also the tool checking it.
 
-use crate::error::{HostError, Result};
+use iofloor_host::error::{HostError, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -32,7 +32,7 @@ fn run(program: &str, args: &[&str]) -> Result<String> {
 
 /// `virsh -c qemu:///system ARGS`.
 pub fn virsh(args: &[&str]) -> Result<String> {
-    let mut all = vec!["-c", super::DEFAULT_URI];
+    let mut all = vec!["-c", iofloor_host::libvirt::DEFAULT_URI];
     all.extend_from_slice(args);
     run("virsh", &all)
 }
@@ -167,7 +167,8 @@ impl Drop for Daemon {
                 .filter(|p| !self.machine_cgroups_before.contains(p))
             {
                 let controller = made.parent().expect("a controller's mount point");
-                if let Err(e) = crate::cgroup::remove_tree(controller, Path::new(MACHINE_PARTITION))
+                if let Err(e) =
+                    iofloor_host::cgroup::remove_tree(controller, Path::new(MACHINE_PARTITION))
                 {
                     eprintln!("warning: libvirt's {} left: {e}", made.display());
                 }

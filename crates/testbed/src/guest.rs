@@ -5,8 +5,8 @@
 //! container tenants. Two QMP monitors: one for the code under test, one for
 //! the test's own commands (a QMP socket serves one client at a time).
 
-use crate::error::{HostError, Result};
-use crate::qmp::Qmp;
+use iofloor_host::error::{HostError, Result};
+use iofloor_host::qmp::Qmp;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
