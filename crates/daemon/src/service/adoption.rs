@@ -492,7 +492,7 @@ impl Service {
     /// a whole QMP timeout per try, in the control thread: retried every
     /// interval, a few of them would make every interval late.
     pub(super) fn log_error(&mut self, name: &str, message: &str) {
-        let now = self.ticks;
+        let now = self.clock.ticks();
         let failed = self
             .failed_adoptions
             .entry(name.to_string())
@@ -516,7 +516,7 @@ impl Service {
     fn adoption_due(&self, name: &str) -> bool {
         self.failed_adoptions
             .get(name)
-            .is_none_or(|f| self.ticks >= f.next_try)
+            .is_none_or(|f| self.clock.ticks() >= f.next_try)
     }
 
     /// The libvirt domains now, where the config names any; `None` when

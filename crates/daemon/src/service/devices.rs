@@ -4,7 +4,7 @@
 use super::{Service, Tenant, QMP_TIMEOUT};
 use crate::config::{Config, DeviceConfig, ModelSource};
 use crate::view::{DeviceState, UsageView};
-use iofloor_core::{Controller, CostModel, PolicyContext};
+use iofloor_core::{Caps, Controller, CostModel, PolicyContext, TickReport, Usage};
 use iofloor_host::qmp_backend::{HybridBackend, QmpBackend};
 use iofloor_host::{CgroupBackend, DevId};
 use std::collections::HashMap;
@@ -162,12 +162,7 @@ impl Service {
     pub(super) fn tick(&mut self, now: Duration, early: bool) -> Duration {
         self.reconcile();
         self.sync_cluster_floors();
-        self.ticks += 1;
-        let dt = self
-            .last_tick
-            .map(|t| now.saturating_sub(t).as_secs_f64())
-            .unwrap_or(0.0);
-        self.last_tick = Some(now);
+        let dt = self.clock.begin(now);
         let mut decision = Duration::ZERO;
         for di in 0..self.devices.len() {
             if self.device_is_present(di) {
@@ -234,33 +229,97 @@ impl Service {
         present
     }
 
-    /// Runs one device's controller and records what it saw and did, in one
-    /// pass over its tenants. Returns the decision time.
+    /// Runs one device's loop and hands each of its tenants what the
+    /// interval did to it. Returns the decision time.
     fn tick_device(&mut self, di: usize, now: Duration, dt: f64, early: bool) -> Duration {
-        let d = &mut self.devices[di];
+        let tick = self.devices[di].tick(now, early);
+        for outcome in tick.tenants {
+            if let Some(t) = self.tenants.get_mut(&outcome.name) {
+                t.absorb(outcome, dt);
+            }
+        }
+        tick.decision_time
+    }
+}
+
+/// What one interval did to one tenant of a device.
+pub(super) struct TenantOutcome {
+    name: String,
+    /// The caps in force after the interval.
+    caps: Caps,
+    usage: Option<Usage>,
+    view: Option<UsageView>,
+    /// The policy's verdict (`Policy::verdicts`), not judged again here.
+    floor_met: Option<bool>,
+    /// Its read or write failed this interval.
+    error: Option<String>,
+}
+
+/// What one device's interval did.
+pub(super) struct DeviceTick {
+    pub(super) tenants: Vec<TenantOutcome>,
+    pub(super) decision_time: Duration,
+}
+
+impl DeviceLoop {
+    /// One interval of this device: its controller decides and applies, the
+    /// device's state is noted, and what each tenant got is returned.
+    pub(super) fn tick(&mut self, now: Duration, early: bool) -> DeviceTick {
         let report = if early {
-            d.controller.tick_early(now, &mut d.backend)
+            self.controller.tick_early(now, &mut self.backend)
         } else {
-            d.controller.tick(now, &mut d.backend)
+            self.controller.tick(now, &mut self.backend)
         };
-        d.state.utilisation = report.device.map(|s| s.utilisation);
-        d.state.avg_queue = report.device.map(|s| s.avg_queue);
-        d.state.capacity_estimate = d.controller.capacity_estimate();
-        d.state.latency_us = report.device.and_then(|s| s.mean_latency_us());
-        let feasibility = d.controller.feasibility();
+        self.note_device(&report);
+        for name in &report.counter_resets {
+            warn!(tenant = %name, "counters went backwards (cgroup or VM recreated?); its limits are written again");
+            self.controller.forget_caps(name);
+        }
+        let mut errors: HashMap<String, String> = report.errors.into_iter().collect();
+        let judged = report.samples.iter().zip(&report.applied);
+        let tenants = judged
+            .zip(&report.verdicts.tenants)
+            .map(|((sample, caps), verdict)| TenantOutcome {
+                name: sample.spec.name.clone(),
+                caps: *caps,
+                usage: sample.usage,
+                view: sample
+                    .usage
+                    .as_ref()
+                    .map(|u| UsageView::new(u, self.cost.cost_rate(u))),
+                floor_met: verdict.floor_met,
+                error: errors.remove(&sample.spec.name),
+            })
+            .collect();
+        DeviceTick {
+            tenants,
+            decision_time: report.decision_time,
+        }
+    }
+
+    /// Notes what the interval showed of the device: its counters, the
+    /// policy's verdict and capacity, and whether the floors fit (logged
+    /// once per change, not per interval).
+    fn note_device(&mut self, report: &TickReport) {
+        let state = &mut self.state;
+        state.utilisation = report.device.map(|s| s.utilisation);
+        state.avg_queue = report.device.map(|s| s.avg_queue);
+        state.capacity_estimate = self.controller.capacity_estimate();
+        state.latency_us = report.device.and_then(|s| s.mean_latency_us());
+        state.contended = Some(report.verdicts.contended);
+        let feasibility = self.controller.feasibility();
         let feasible = feasibility.map(|f| f.feasible());
-        if feasible.is_some() && feasible != d.state.floors_feasible {
-            // One line per change, not per interval.
+        if feasible.is_some() && feasible != state.floors_feasible {
             match feasibility {
                 Some(f) if !f.feasible() => warn!(
-                    device = %d.config.name,
+                    device = %self.config.name,
                     capacity = f.capacity,
                     floors = f.floors,
                     shortfall = f.shortfall,
                     "the active floors no longer fit the device's learned capacity: every entitlement is scaled down by the same factor"
                 ),
                 Some(f) => info!(
-                    device = %d.config.name,
+                    device = %self.config.name,
                     capacity = f.capacity,
                     floors = f.floors,
                     "the active floors fit the device again"
@@ -268,56 +327,41 @@ impl Service {
                 None => {}
             }
         }
-        d.state.floors_feasible = feasible;
-        d.state.floor_shortfall = feasibility.map(|f| f.shortfall);
+        state.floors_feasible = feasible;
+        state.floor_shortfall = feasibility.map(|f| f.shortfall);
         let in_reach = feasibility.and_then(|f| f.latency_target_in_reach);
         let threshold_us = feasibility.and_then(|f| f.latency_threshold_us);
-        if in_reach.is_some() && in_reach != d.state.latency_target_in_reach {
+        if in_reach.is_some() && in_reach != state.latency_target_in_reach {
             match in_reach {
                 Some(false) => warn!(
-                    device = %d.config.name,
+                    device = %self.config.name,
                     judged_at_us = threshold_us,
                     "latency_target is below 1.25 x this device's service time (its lowest mean latency of the last minute with at most 4 I/Os in flight): no cap can meet it, so overload is judged at that and floors are kept"
                 ),
-                Some(true) if d.state.latency_target_in_reach.is_some() => {
-                    info!(device = %d.config.name, "latency_target is within the device's reach again")
+                Some(true) if state.latency_target_in_reach.is_some() => {
+                    info!(device = %self.config.name, "latency_target is within the device's reach again")
                 }
                 _ => {}
             }
         }
-        d.state.latency_target_in_reach = in_reach;
-        d.state.latency_threshold_us = threshold_us;
-        let errors: HashMap<&str, &str> = report
-            .errors
-            .iter()
-            .map(|(n, e)| (n.as_str(), e.as_str()))
-            .collect();
-        d.state.contended = Some(report.verdicts.contended);
-        let judged = report.samples.iter().zip(&report.applied);
-        for ((sample, caps), verdict) in judged.zip(&report.verdicts.tenants) {
-            let name = sample.spec.name.as_str();
-            let Some(t) = self.tenants.get_mut(name) else {
-                continue;
-            };
-            t.throttled_for = if t.caps.is_unlimited() { 0.0 } else { dt };
-            t.throttled_seconds += t.throttled_for;
-            t.caps = *caps;
-            t.usage = sample
-                .usage
-                .as_ref()
-                .map(|u| UsageView::new(u, d.cost.cost_rate(u)));
-            // The policy's verdict, not judged again here (issue 33).
-            t.floor_met = verdict.floor_met;
-            if let Some(u) = sample.usage.filter(|u| !u.is_idle()) {
-                t.last_mix = Some(u);
-            }
-            note_availability(t, name, errors.get(name).copied());
+        state.latency_target_in_reach = in_reach;
+        state.latency_threshold_us = threshold_us;
+    }
+}
+
+impl Tenant {
+    /// Takes what an interval of its device did to it; `dt` is the
+    /// interval's length in seconds.
+    fn absorb(&mut self, outcome: TenantOutcome, dt: f64) {
+        self.throttled_for = if self.caps.is_unlimited() { 0.0 } else { dt };
+        self.throttled_seconds += self.throttled_for;
+        self.caps = outcome.caps;
+        self.usage = outcome.view;
+        if let Some(u) = outcome.usage.filter(|u| !u.is_idle()) {
+            self.last_mix = Some(u);
         }
-        for name in &report.counter_resets {
-            warn!(tenant = %name, "counters went backwards (cgroup or VM recreated?); its limits are written again");
-            d.controller.forget_caps(name);
-        }
-        report.decision_time
+        self.floor_met = outcome.floor_met;
+        note_availability(self, &outcome.name, outcome.error.as_deref());
     }
 }
 

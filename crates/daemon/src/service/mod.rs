@@ -41,7 +41,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use timing::TickHistory;
+use timing::TickClock;
 pub use timing::TickTiming;
 use tracing::{info, warn};
 
@@ -113,15 +113,8 @@ pub struct Service {
     tenants: BTreeMap<String, Tenant>,
     ownership: Ownership,
     shared: Arc<Shared>,
-    started: Instant,
-    ticks: u64,
-    /// Ticks run before the interval ended, on what a look between
-    /// intervals saw (`watch_interval`).
-    early_ticks: u64,
-    overruns: u64,
-    tick_history: TickHistory,
+    clock: TickClock,
     last_reload: Option<Reload>,
-    last_tick: Option<Duration>,
     /// Spec changes made through the API, kept across reloads.
     overrides: HashMap<String, Patch>,
     /// Floors set for the whole cluster in etcd (cluster mode), by tenant
@@ -178,13 +171,8 @@ impl Service {
             tenants: BTreeMap::new(),
             ownership,
             shared,
-            started: Instant::now(),
-            ticks: 0,
-            early_ticks: 0,
-            overruns: 0,
-            tick_history: TickHistory::default(),
+            clock: TickClock::start(),
             last_reload: None,
-            last_tick: None,
             overrides: HashMap::new(),
             cluster_floors: Default::default(),
             cluster_floors_version: 0,
@@ -353,30 +341,28 @@ impl Service {
                     // Woken before the interval's end: only to apply news and look.
                     let early = started < next && {
                         next_look = wake_every.map(|w| started + w);
-                        self.between_intervals(self.started.elapsed(), watch.is_some())
+                        self.between_intervals(self.clock.now(), watch.is_some())
                     };
                     if !early && started < next {
                         continue;
                     }
                     let lateness = started.saturating_duration_since(next);
-                    let decision = self.tick(self.started.elapsed(), early);
+                    let decision = self.tick(self.clock.now(), early);
                     let timing = TickTiming {
                         decision,
                         duration: started.elapsed(),
                         lateness,
                         early,
                     };
-                    self.tick_history.record(&timing);
                     if early {
                         // The next interval counts from this decision.
-                        self.early_ticks += 1;
                         next = started;
                     }
                     next += self.config.interval;
                     next_look = wake_every.map(|w| Instant::now() + w);
                     let overrun = next < Instant::now();
+                    self.clock.record(&timing, overrun);
                     if overrun {
-                        self.overruns += 1;
                         warn!(
                             "interval overrun: the control loop ran longer than {:?}",
                             self.config.interval

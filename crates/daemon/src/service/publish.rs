@@ -65,11 +65,7 @@ impl Service {
         let views: Vec<TenantView> = self.tenants.values().map(|t| self.tenant_view(t)).collect();
         let mut view = self.shared.view.lock().unwrap();
         view.now = t_now;
-        view.status.uptime_s = self.started.elapsed().as_secs_f64();
-        view.status.ticks = self.ticks;
-        view.status.overruns = self.overruns;
-        view.status.early_ticks = self.early_ticks;
-        view.status.tick = self.tick_history.status();
+        self.clock.show(&mut view.status);
         view.status.policy = self.config.policy.as_str().into();
         view.status.interval_s = self.config.interval.as_secs_f64();
         view.status.devices = devices;
@@ -99,7 +95,7 @@ impl Service {
             }
             view.tenants.insert(v.name.clone(), v);
         }
-        if self.ticks > 0 {
+        if self.clock.ticks() > 0 {
             let tick = serde_json::to_string(&view.tick()).expect("the view serialises");
             // No subscriber is not an error.
             let _ = self.shared.ticks.send(Arc::from(tick));

@@ -45,7 +45,7 @@ impl Service {
     /// Reloads the config file. An invalid file, or one that changes what
     /// needs a restart, is refused and the running config stays.
     pub(super) fn reload(&mut self) -> Result<String, ReloadError> {
-        let at = self.started.elapsed().as_secs_f64();
+        let at = self.clock.now().as_secs_f64();
         let outcome = Config::load(&self.config.file)
             .map_err(ReloadError::from)
             .and_then(|new| match needing_restart(&self.config, &new) {

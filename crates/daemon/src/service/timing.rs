@@ -1,10 +1,13 @@
-//! How long the control loop's intervals take and how late they start,
-//! kept for the last ticks so `/api/v1/status` can show percentiles (the
-//! histograms in /metrics keep the whole run, in coarse buckets).
+//! The control loop's clock and its record: when the service started, how
+//! many intervals ran (early or not, overrun or not), and how long the last
+//! ones took and how late they started, kept so `/api/v1/status` can show
+//! percentiles (the histograms in /metrics keep the whole run, in coarse
+//! buckets). The loop's timing is this part's alone: the rest of the
+//! service asks it.
 
-use crate::view::{Percentiles, TickStatus};
+use crate::view::{Percentiles, Status, TickStatus};
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Ticks the status percentiles are taken over.
 const KEPT: usize = 1000;
@@ -65,6 +68,70 @@ impl TickHistory {
             duration_ms: percentiles(&self.duration_ms),
             lateness_ms: percentiles(&self.lateness_ms),
         }
+    }
+}
+
+/// The service's clock and tick counts.
+#[derive(Debug)]
+pub(super) struct TickClock {
+    started: Instant,
+    ticks: u64,
+    /// Ticks run before the interval ended, on what a look between
+    /// intervals saw (`watch_interval`).
+    early_ticks: u64,
+    overruns: u64,
+    history: TickHistory,
+    last_tick: Option<Duration>,
+}
+
+impl TickClock {
+    pub(super) fn start() -> TickClock {
+        TickClock {
+            started: Instant::now(),
+            ticks: 0,
+            early_ticks: 0,
+            overruns: 0,
+            history: TickHistory::default(),
+            last_tick: None,
+        }
+    }
+
+    /// Time since the service started: the control path's `now`.
+    pub(super) fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Intervals begun so far.
+    pub(super) fn ticks(&self) -> u64 {
+        self.ticks
+    }
+
+    /// Counts an interval beginning at `now`; returns the seconds since the
+    /// last one began (0 for the first).
+    pub(super) fn begin(&mut self, now: Duration) -> f64 {
+        self.ticks += 1;
+        let dt = self
+            .last_tick
+            .map(|t| now.saturating_sub(t).as_secs_f64())
+            .unwrap_or(0.0);
+        self.last_tick = Some(now);
+        dt
+    }
+
+    /// Records how an interval went.
+    pub(super) fn record(&mut self, timing: &TickTiming, overrun: bool) {
+        self.history.record(timing);
+        self.early_ticks += u64::from(timing.early);
+        self.overruns += u64::from(overrun);
+    }
+
+    /// Writes the clock's part of the status.
+    pub(super) fn show(&self, status: &mut Status) {
+        status.uptime_s = self.now().as_secs_f64();
+        status.ticks = self.ticks;
+        status.overruns = self.overruns;
+        status.early_ticks = self.early_ticks;
+        status.tick = self.history.status();
     }
 }
 
