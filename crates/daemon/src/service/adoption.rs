@@ -237,7 +237,7 @@ impl Service {
     /// Stops controlling a tenant and restores its original limits; false
     /// if they could not be restored (kept in the state file).
     pub(super) fn release(&mut self, name: &str) -> bool {
-        let Some(t) = self.tenants.remove(name) else {
+        let Some(t) = self.roster.remove(name) else {
             return true;
         };
         let d = &mut self.devices[t.device];
@@ -452,10 +452,10 @@ impl Service {
         d.controller.add_tenant(spec.clone());
         self.failed_adoptions.remove(&found.name);
         info!(tenant = %found.name, path = %found.path(&self.cgroup_root).display(), "adopted");
-        self.tenants.insert(
+        self.roster.insert(
             found.name.clone(),
             Tenant {
-                overridden: self.overrides.contains_key(&found.name),
+                overridden: false,
                 found,
                 spec,
                 device,
@@ -474,7 +474,7 @@ impl Service {
     /// Undoes an adoption whose record never reached the disk: nothing was
     /// written to the tenant, so nothing is restored.
     fn abandon(&mut self, name: &str) {
-        if let Some(t) = self.tenants.remove(name) {
+        if let Some(t) = self.roster.remove(name) {
             let d = &mut self.devices[t.device];
             d.controller.remove_tenant(name);
             d.backend.qmp.remove_tenant(name);
@@ -649,37 +649,35 @@ impl Service {
         // tenants stay (unavailable while it cannot be read), never dropped.
         let libvirt_unknown = domains.is_none();
         let gone: Vec<String> = self
-            .tenants
-            .iter()
-            .filter(|(n, t)| {
+            .roster
+            .tenants()
+            .filter(|t| {
                 let kept = libvirt_unknown && matches!(t.found.kind, FoundKind::Libvirt { .. });
-                !(present.contains(n.as_str()) || kept)
+                !(present.contains(t.found.name.as_str()) || kept)
             })
-            .map(|(n, _)| n.clone())
+            .map(|t| t.found.name.clone())
             .collect();
         for name in gone {
             info!(tenant = %name, "gone; dropped");
             self.release(&name);
-            // Its API changes go with it: with pods coming and going, kept
-            // changes of departed tenants would grow without end.
-            self.overrides.remove(&name);
+            self.roster.forget_overrides(&name);
         }
         self.failed_adoptions
             .retain(|n, _| present.contains(n.as_str()));
         let mut adopted = Vec::new();
         for f in found {
-            let moved = self.tenants.get(&f.name).is_some_and(|t| t.found != f);
+            let moved = self.roster.get(&f.name).is_some_and(|t| t.found != f);
             if moved {
                 self.release(&f.name);
             }
-            if !self.tenants.contains_key(&f.name) && self.adoption_due(&f.name) {
+            if !self.roster.contains(&f.name) && self.adoption_due(&f.name) {
                 adopted.push(f.name.clone());
                 self.adopt(f);
             }
         }
         if let Err(e) = self.ownership.flush() {
             // Their limits are not on disk: they must not be written to.
-            adopted.retain(|n| self.tenants.contains_key(n.as_str()));
+            adopted.retain(|n| self.roster.contains(n));
             for name in &adopted {
                 warn!(tenant = %name, "not adopted, the state file cannot be written: {e}");
                 self.abandon(name);

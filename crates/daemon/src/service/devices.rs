@@ -185,7 +185,7 @@ impl Service {
             }
             if let Some(news) = d.controller.apply_news(now, &mut d.backend) {
                 for (name, caps) in news.applied {
-                    if let Some(t) = self.tenants.get_mut(&name) {
+                    if let Some(t) = self.roster.get_mut(&name) {
                         t.caps = caps;
                     }
                 }
@@ -219,7 +219,7 @@ impl Service {
             d.state.avg_queue = None;
             d.state.contended = None;
             let error = format!("device {} removed", d.config.name);
-            for t in self.tenants.values_mut().filter(|t| t.device == di) {
+            for t in self.roster.on_device_mut(di) {
                 t.available = false;
                 t.usage = None;
                 t.floor_met = None;
@@ -234,7 +234,7 @@ impl Service {
     fn tick_device(&mut self, di: usize, now: Duration, dt: f64, early: bool) -> Duration {
         let tick = self.devices[di].tick(now, early);
         for outcome in tick.tenants {
-            if let Some(t) = self.tenants.get_mut(&outcome.name) {
+            if let Some(t) = self.roster.get_mut(&outcome.name) {
                 t.absorb(outcome, dt);
             }
         }

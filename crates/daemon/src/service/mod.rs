@@ -19,6 +19,7 @@ mod devices;
 mod patch;
 mod publish;
 mod reload;
+mod roster;
 mod timing;
 
 /// The control thread's nice value (needs CAP_SYS_NICE, as root has).
@@ -33,9 +34,10 @@ use crate::config::Config;
 use crate::discovery::Found;
 use crate::metrics::Metrics;
 use crate::ownership::Ownership;
-use crate::view::{Reload, Status, TenantView, UsageView, View};
+use crate::view::{Reload, Status, TenantView, View};
 use devices::{build_device, DeviceLoop};
-use iofloor_core::{Caps, TenantSpec, Usage};
+use iofloor_core::TenantSpec;
+use roster::{Roster, Tenant};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -88,40 +90,15 @@ pub struct ClusterLink {
     pub reader: Mutex<Option<iofloor_cluster::ClusterReader<iofloor_cluster::Etcd>>>,
 }
 
-pub(super) struct Tenant {
-    pub(super) found: Found,
-    pub(super) spec: Arc<TenantSpec>,
-    pub(super) device: usize,
-    pub(super) overridden: bool,
-    /// Caps in force (as last applied).
-    pub(super) caps: Caps,
-    pub(super) throttled_seconds: f64,
-    /// Seconds of the last interval under a cap.
-    pub(super) throttled_for: f64,
-    pub(super) usage: Option<UsageView>,
-    /// The last non-idle usage, to price the floor with its real mix.
-    pub(super) last_mix: Option<Usage>,
-    pub(super) floor_met: Option<bool>,
-    pub(super) available: bool,
-    pub(super) error: Option<String>,
-}
-
 pub struct Service {
     config: Config,
     cgroup_root: PathBuf,
     devices: Vec<DeviceLoop>,
-    tenants: BTreeMap<String, Tenant>,
+    roster: Roster,
     ownership: Ownership,
     shared: Arc<Shared>,
     clock: TickClock,
     last_reload: Option<Reload>,
-    /// Spec changes made through the API, kept across reloads.
-    overrides: HashMap<String, Patch>,
-    /// Floors set for the whole cluster in etcd (cluster mode), by tenant
-    /// name, for the shared device's tenants; and the mailbox version they
-    /// were read at.
-    cluster_floors: std::collections::BTreeMap<String, Option<iofloor_core::Rate>>,
-    cluster_floors_version: u64,
     /// Tenants found but not adopted, with the reason already logged.
     failed_adoptions: HashMap<String, adoption::FailedAdoption>,
     /// libvirt for discovery, where the config names domains; and the
@@ -168,14 +145,11 @@ impl Service {
             config,
             cgroup_root: root,
             devices,
-            tenants: BTreeMap::new(),
+            roster: Roster::default(),
             ownership,
             shared,
             clock: TickClock::start(),
             last_reload: None,
-            overrides: HashMap::new(),
-            cluster_floors: Default::default(),
-            cluster_floors_version: 0,
             failed_adoptions: HashMap::new(),
             libvirt: None,
             libvirt_error: None,
@@ -242,30 +216,22 @@ impl Service {
         self.tick(now, false)
     }
 
-    /// A tenant's promise: its config entry's, then the API's changes, then,
-    /// for the cluster's shared device, the floor set for the whole cluster
-    /// in etcd. The cluster's floor wins because it is the one decision
-    /// every host of the tenant's name must share; the host file still says
-    /// which tenants exist and where (a floor in etcd for a tenant no host
-    /// runs protects nothing).
+    /// The spec the tenant found as `found` under config entry `entry` is
+    /// controlled by ([`Roster::spec_for`]).
     pub(super) fn spec_for(&self, entry: usize, found: &Found) -> TenantSpec {
-        let config = &self.config.tenants[entry];
-        let name = found.name.as_str();
-        let host = self.config.cluster.as_ref().map(|c| c.host.as_str());
-        let mut spec = adoption::spec_of(
-            config,
-            found,
-            self.overrides.get(name),
-            self.cgroup_v2,
-            host,
-        );
-        let shared = self.config.cluster.as_ref().map(|c| c.device);
-        if shared == Some(config.device) {
-            if let Some(floor) = self.cluster_floors.get(name) {
-                spec.floor = *floor;
-            }
-        }
-        spec
+        self.roster
+            .spec_for(&self.config, entry, found, self.cgroup_v2)
+    }
+
+    /// Puts a tenant's new spec in force: in the roster and its device's
+    /// controller, from the next interval.
+    pub(super) fn put_spec(&mut self, name: &str, spec: TenantSpec) {
+        let Some(t) = self.roster.get_mut(name) else {
+            return;
+        };
+        let spec = Arc::new(spec);
+        self.devices[t.device].controller.update_spec(spec.clone());
+        t.spec = spec;
     }
 
     /// Puts the cluster's floors read by the etcd task in force on the
@@ -276,24 +242,19 @@ impl Service {
         };
         {
             let m = link.mailbox.lock().unwrap_or_else(|e| e.into_inner());
-            if m.floors_version == self.cluster_floors_version {
+            if !self.roster.take_cluster_floors(m.floors_version, &m.floors) {
                 return;
             }
-            self.cluster_floors_version = m.floors_version;
-            self.cluster_floors = m.floors.clone();
         }
-        let names: Vec<String> = self.tenants.keys().cloned().collect();
-        for name in names {
-            let t = &self.tenants[&name];
-            let spec = self.spec_for(t.found.entry, &t.found);
-            if spec == *t.spec {
+        for name in self.roster.names() {
+            let Some(t) = self.roster.get(&name) else {
                 continue;
+            };
+            let spec = self.spec_for(t.found.entry, &t.found);
+            if spec != *t.spec {
+                info!(tenant = %name, floor = ?spec.floor, "floor set for the cluster in etcd");
+                self.put_spec(&name, spec);
             }
-            info!(tenant = %name, floor = ?spec.floor, "floor set for the cluster in etcd");
-            let spec = Arc::new(spec);
-            let t = self.tenants.get_mut(&name).expect("listed above");
-            self.devices[t.device].controller.update_spec(spec.clone());
-            t.spec = spec;
         }
     }
 
@@ -384,9 +345,8 @@ impl Service {
 
     /// Puts back every limit iofloor set; the state file goes when all did.
     fn shutdown(mut self) -> anyhow::Result<()> {
-        let names: Vec<String> = self.tenants.keys().cloned().collect();
         let mut failed = 0;
-        for name in names {
+        for name in self.roster.names() {
             if !self.release(&name) {
                 failed += 1;
             }

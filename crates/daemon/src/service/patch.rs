@@ -5,7 +5,6 @@ use super::Service;
 use crate::view::{AdmissionView, TenantView};
 use iofloor_core::units::Rate;
 use iofloor_core::TenantSpec;
-use std::sync::Arc;
 use tracing::info;
 
 /// A change to a tenant's promise, from the API.
@@ -44,13 +43,11 @@ impl Service {
     /// the floors would no longer fit, else in force from the next interval.
     pub(super) fn patch(&mut self, name: &str, patch: Patch) -> Result<TenantView, PatchError> {
         let t = self
-            .tenants
+            .roster
             .get(name)
             .ok_or_else(|| PatchError::NotFound(format!("no tenant `{name}`")))?;
         let shared = self.config.cluster.as_ref().map(|c| c.device);
-        if patch.floor.is_some()
-            && shared == Some(t.device)
-            && self.cluster_floors.contains_key(name)
+        if patch.floor.is_some() && shared == Some(t.device) && self.roster.has_cluster_floor(name)
         {
             return Err(PatchError::Invalid(format!(
                 "the floor of `{name}` is set for the whole cluster: change it with \
@@ -92,23 +89,11 @@ impl Service {
                 });
             }
         }
-        let spec = Arc::new(spec);
-        let t = self.tenants.get_mut(name).expect("looked up above");
-        self.devices[t.device].controller.update_spec(spec.clone());
-        t.spec = spec;
-        t.overridden = true;
-        let merged = self.overrides.entry(name.to_string()).or_default();
-        if patch.floor.is_some() {
-            merged.floor = patch.floor;
-        }
-        if patch.ceiling.is_some() {
-            merged.ceiling = patch.ceiling;
-        }
-        if patch.weight.is_some() {
-            merged.weight = patch.weight;
-        }
-        info!(tenant = %name, floor = ?t.spec.floor, ceiling = ?t.spec.ceiling, weight = t.spec.weight, "changed through the API");
-        let view = self.tenant_view(&self.tenants[name]);
+        info!(tenant = %name, floor = ?spec.floor, ceiling = ?spec.ceiling, weight = spec.weight, "changed through the API");
+        self.put_spec(name, spec);
+        self.roster.add_override(name, &patch);
+        let t = self.roster.get(name).expect("looked up above");
+        let view = self.tenant_view(t);
         self.shared
             .view
             .lock()

@@ -54,7 +54,7 @@ impl Service {
         let t_now = now.as_secs_f64();
         let devices: Vec<DeviceState> = self.devices.iter().map(|d| d.state.clone()).collect();
         for (di, d) in self.devices.iter().enumerate() {
-            let n = self.tenants.values().filter(|t| t.device == di).count();
+            let n = self.roster.count_on(di);
             self.shared.metrics.device(&d.state, n);
         }
         let admission = self.admission(None);
@@ -62,7 +62,7 @@ impl Service {
         if let Some(c) = &cluster {
             self.shared.metrics.cluster(c);
         }
-        let views: Vec<TenantView> = self.tenants.values().map(|t| self.tenant_view(t)).collect();
+        let views: Vec<TenantView> = self.roster.tenants().map(|t| self.tenant_view(t)).collect();
         let mut view = self.shared.view.lock().unwrap();
         view.now = t_now;
         self.clock.show(&mut view.status);
@@ -74,7 +74,7 @@ impl Service {
         view.admission = admission;
         for v in views {
             let throttled_for = self
-                .tenants
+                .roster
                 .get(&v.name)
                 .map(|t| t.throttled_for)
                 .unwrap_or(0.0);
@@ -143,8 +143,8 @@ impl Service {
             .enumerate()
             .map(|(di, d)| {
                 let specs: Vec<(TenantSpec, Usage)> = self
-                    .tenants
-                    .values()
+                    .roster
+                    .tenants()
                     .filter(|t| t.device == di)
                     .map(|t| {
                         let spec = match change {

@@ -5,7 +5,6 @@ use super::Service;
 use crate::config::TenantSource;
 use crate::config::{Config, ConfigError};
 use crate::view::Reload;
-use std::sync::Arc;
 use tracing::{info, warn};
 
 /// Why a reload was refused; the running config stays.
@@ -81,9 +80,10 @@ impl Service {
     fn take_config(&mut self, new: Config) {
         *self.shared.token.lock().unwrap() = new.api.token.clone();
         let old = std::mem::replace(&mut self.config, new);
-        let names: Vec<String> = self.tenants.keys().cloned().collect();
-        for name in names {
-            let t = &self.tenants[&name];
+        for name in self.roster.names() {
+            let Some(t) = self.roster.get(&name) else {
+                continue;
+            };
             let old_entry = &old.tenants[t.found.entry];
             // A new libvirt URI or `share` is a new way to reach or cap the
             // tenant: released here, adopted again as the new config says.
@@ -98,11 +98,11 @@ impl Service {
             });
             match kept {
                 Some(i) => {
-                    let spec = Arc::new(self.spec_for(i, &self.tenants[&name].found));
-                    let t = self.tenants.get_mut(&name).expect("listed above");
-                    t.found.entry = i;
-                    self.devices[t.device].controller.update_spec(spec.clone());
-                    t.spec = spec;
+                    let spec = self.spec_for(i, &t.found);
+                    if let Some(t) = self.roster.get_mut(&name) {
+                        t.found.entry = i;
+                    }
+                    self.put_spec(&name, spec);
                 }
                 None => {
                     info!(tenant = %name, "no longer configured as it was; released");
