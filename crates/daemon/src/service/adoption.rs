@@ -1,9 +1,10 @@
 //! Finding tenants, adopting them (their limits recorded on disk before
 //! anything is written to them) and releasing them (those limits put back).
 
+use super::finder::Finding;
 use super::{Patch, Service, Tenant, LIBVIRT_TIMEOUT, QMP_TIMEOUT};
 use crate::config::{Share, TenantConfig, TenantSource};
-use crate::discovery::{discover, Found, FoundKind};
+use crate::discovery::{Found, FoundKind};
 use crate::ownership::{Entry, Original, Ownership};
 use iofloor_core::GroupSpec;
 use iofloor_core::{Caps, TenantSpec};
@@ -143,17 +144,6 @@ pub fn restore_leftovers(path: &Path) -> anyhow::Result<Vec<Entry>> {
 /// Puts one recorded original back, without a tenant to go with it.
 pub(super) fn restore_entry(e: &Entry) -> anyhow::Result<()> {
     restore(&e.tenant, &e.original, None)
-}
-
-/// The longest wait, in intervals, between tries to adopt a failing tenant.
-pub(super) const MAX_RETRY_INTERVALS: u64 = 32;
-
-/// A tenant that could not be adopted: why, how often, and when to try again.
-#[derive(Debug)]
-pub(super) struct FailedAdoption {
-    message: String,
-    failures: u32,
-    next_try: u64,
 }
 
 /// Puts one tenant's original limits back, through the device's backends
@@ -328,7 +318,11 @@ impl Service {
                     None => match LibvirtBackend::new(&libvirt_uri, LIBVIRT_TIMEOUT) {
                         Ok(l) => d.backend.libvirt.insert(l),
                         Err(e) => {
-                            self.log_error(&found.name, &format!("cannot adopt: {e}"));
+                            self.finder.failed(
+                                &found.name,
+                                &format!("cannot adopt: {e}"),
+                                self.clock.ticks(),
+                            );
                             return;
                         }
                     },
@@ -358,7 +352,11 @@ impl Service {
                         },
                         Err(e) => {
                             l.remove_tenant(&found.name);
-                            self.log_error(&found.name, &format!("cannot adopt: {e}"));
+                            self.finder.failed(
+                                &found.name,
+                                &format!("cannot adopt: {e}"),
+                                self.clock.ticks(),
+                            );
                             return;
                         }
                     },
@@ -383,7 +381,11 @@ impl Service {
                 Err(e) => {
                     // Gone between discovery and now, or its limits unreadable:
                     // never written to; found again next interval.
-                    self.log_error(&found.name, &format!("cannot adopt: {e}"));
+                    self.finder.failed(
+                        &found.name,
+                        &format!("cannot adopt: {e}"),
+                        self.clock.ticks(),
+                    );
                     return;
                 }
             },
@@ -401,7 +403,11 @@ impl Service {
                     },
                     Err(e) => {
                         d.backend.qmp.remove_tenant(&found.name);
-                        self.log_error(&found.name, &format!("cannot adopt: {e}"));
+                        self.finder.failed(
+                            &found.name,
+                            &format!("cannot adopt: {e}"),
+                            self.clock.ticks(),
+                        );
                         return;
                     }
                 }
@@ -450,7 +456,7 @@ impl Service {
             }
         }
         d.controller.add_tenant(spec.clone());
-        self.failed_adoptions.remove(&found.name);
+        self.finder.adopted(&found.name);
         info!(tenant = %found.name, path = %found.path(&self.cgroup_root).display(), "adopted");
         self.roster.insert(
             found.name.clone(),
@@ -486,168 +492,16 @@ impl Service {
         self.ownership.forget(name);
     }
 
-    /// Logs a tenant that cannot be adopted once, not every interval, and
-    /// backs its retries off: 1, 2, 4 … up to [`MAX_RETRY_INTERVALS`]
-    /// intervals apart. A QEMU monitor that accepts and never answers costs
-    /// a whole QMP timeout per try, in the control thread: retried every
-    /// interval, a few of them would make every interval late.
-    pub(super) fn log_error(&mut self, name: &str, message: &str) {
-        let now = self.clock.ticks();
-        let failed = self
-            .failed_adoptions
-            .entry(name.to_string())
-            .or_insert_with(|| FailedAdoption {
-                message: String::new(),
-                failures: 0,
-                next_try: now,
-            });
-        if failed.failures == 0 {
-            warn!(tenant = %name, "{message}; retried with backoff, at least every {MAX_RETRY_INTERVALS} intervals");
-        } else if failed.message != message {
-            debug!(tenant = %name, "still failing: {message}");
-        }
-        failed.failures += 1;
-        failed.message = message.to_string();
-        let wait = 1u64 << (failed.failures - 1).min(MAX_RETRY_INTERVALS.ilog2());
-        failed.next_try = now + wait.min(MAX_RETRY_INTERVALS);
-    }
-
-    /// Whether a tenant whose adoption failed is due for another try.
-    fn adoption_due(&self, name: &str) -> bool {
-        self.failed_adoptions
-            .get(name)
-            .is_none_or(|f| self.clock.ticks() >= f.next_try)
-    }
-
-    /// The libvirt domains now, where the config names any; `None` when
-    /// libvirt cannot be asked (logged once per outage).
-    fn libvirt_domains(&mut self) -> Option<Vec<DomainInfo>> {
-        use crate::config::TenantSource;
-        let wanted = self
-            .config
-            .tenants
-            .iter()
-            .any(|t| matches!(t.source, TenantSource::Libvirt { .. }));
-        if !wanted {
-            self.libvirt = None;
-            return Some(Vec::new());
-        }
-        if self
-            .libvirt
-            .as_ref()
-            .is_none_or(|l| l.uri() != self.config.libvirt_uri)
-        {
-            match LibvirtBackend::new(&self.config.libvirt_uri, LIBVIRT_TIMEOUT) {
-                Ok(l) => self.libvirt = Some(l),
-                Err(e) => {
-                    self.libvirt_down(&e.to_string());
-                    return None;
-                }
-            }
-        }
-        let answer = self.libvirt.as_mut().map(|l| l.domains());
-        match answer {
-            Some(Ok(domains)) => {
-                if self.libvirt_error.take().is_some() {
-                    info!(uri = %self.config.libvirt_uri, "libvirt answers again");
-                }
-                Some(domains)
-            }
-            Some(Err(e)) => {
-                self.libvirt_down(&e.to_string());
-                None
-            }
-            None => None,
-        }
-    }
-
-    /// A libvirt entry naming one domain (or disk) that libvirt does not
-    /// have is logged once, and once more when it appears; it is looked for
-    /// again every interval.
-    fn note_missing_domains(&mut self, domains: &[DomainInfo], matched: &[bool]) {
-        use crate::config::TenantSource;
-        for (entry, t) in self.config.tenants.iter().enumerate() {
-            let TenantSource::Libvirt { domain, disk } = &t.source else {
-                continue;
-            };
-            let missing = if matched[entry] || domain.contains(['*', '?', '[']) {
-                None
-            } else if let Some(d) = domains
-                .iter()
-                .find(|d| d.name == *domain || d.uuid.eq_ignore_ascii_case(domain))
-            {
-                Some(format!(
-                    "libvirt domain `{}` has no disk `{disk}` (its disks: {})",
-                    d.name,
-                    d.disks.join(", ")
-                ))
-            } else {
-                Some(format!("libvirt has no running domain `{domain}`"))
-            };
-            match missing {
-                Some(m) => {
-                    if self.libvirt_missing.insert(t.name.clone()) {
-                        warn!(tenant = %t.name, "{m}; looked for again each interval");
-                    }
-                }
-                None => {
-                    if self.libvirt_missing.remove(&t.name) {
-                        info!(tenant = %t.name, "libvirt domain found");
-                    }
-                }
-            }
-        }
-    }
-
-    /// Says once when an entry naming one cgroup or monitor socket (not a
-    /// glob, which may rightly match nothing yet) finds nothing: a typo or a
-    /// path given from the wrong root otherwise leaves the tenant
-    /// unmanaged without a word.
-    fn note_absent_paths(&mut self, matched: &[bool]) {
-        use crate::config::TenantSource;
-        for (entry, t) in self.config.tenants.iter().enumerate() {
-            // Joined only to be logged (a socket's path is absolute).
-            let (base, named) = match &t.source {
-                TenantSource::Cgroup(c) => (self.cgroup_root.as_path(), c),
-                TenantSource::Qmp { socket, .. } => (Path::new("/"), socket),
-                _ => continue,
-            };
-            let path = || base.join(named);
-            if t.source.is_glob() || matched[entry] {
-                if self.absent.remove(&t.name) {
-                    info!(tenant = %t.name, path = %path().display(), "present now");
-                }
-            } else if self.absent.insert(t.name.clone()) {
-                info!(tenant = %t.name, path = %path().display(), "not present; looked for again each interval");
-            }
-        }
-    }
-
-    fn libvirt_down(&mut self, message: &str) {
-        if self.libvirt_error.as_deref() != Some(message) {
-            warn!(uri = %self.config.libvirt_uri, "libvirt cannot be asked for its domains: {message}; its tenants are kept, unavailable, until it answers");
-            self.libvirt_error = Some(message.to_string());
-        }
-    }
-
     /// Finds tenants, adopts new ones, drops vanished ones.
     pub(super) fn reconcile(&mut self) {
-        let domains = self.libvirt_domains();
-        let found = discover(&self.config, &self.cgroup_root, domains.as_deref());
-        // Which config entries matched something, once for both notes.
-        let mut matched = vec![false; self.config.tenants.len()];
-        for f in &found {
-            matched[f.entry] = true;
-        }
-        if let Some(domains) = &domains {
-            self.note_missing_domains(domains, &matched);
-        }
-        self.note_absent_paths(&matched);
+        let Finding {
+            found,
+            libvirt_unknown,
+        } = self.finder.find(&self.config, &self.cgroup_root);
         let present: std::collections::HashSet<&str> =
             found.iter().map(|f| f.name.as_str()).collect();
         // libvirt that could not be asked says nothing of its domains: its
         // tenants stay (unavailable while it cannot be read), never dropped.
-        let libvirt_unknown = domains.is_none();
         let gone: Vec<String> = self
             .roster
             .tenants()
@@ -662,15 +516,14 @@ impl Service {
             self.release(&name);
             self.roster.forget_overrides(&name);
         }
-        self.failed_adoptions
-            .retain(|n, _| present.contains(n.as_str()));
+        self.finder.forget_absent(&present);
         let mut adopted = Vec::new();
         for f in found {
             let moved = self.roster.get(&f.name).is_some_and(|t| t.found != f);
             if moved {
                 self.release(&f.name);
             }
-            if !self.roster.contains(&f.name) && self.adoption_due(&f.name) {
+            if !self.roster.contains(&f.name) && self.finder.due(&f.name, self.clock.ticks()) {
                 adopted.push(f.name.clone());
                 self.adopt(f);
             }

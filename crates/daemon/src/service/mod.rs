@@ -9,13 +9,20 @@
 //! unavailable for the interval and is logged once (again only when the
 //! message changes, and once more when it recovers); the others carry on.
 //!
-//! By concern: `adoption` (finding, adopting and releasing tenants, and the
-//! limits they had before), `devices` (a controller per device and the
-//! tick), `publish` (view, metrics, sample stream, admission), `patch`
-//! (changes from the API) and `reload` (SIGHUP and the API's reload).
-
+//! The service composes owned parts, each a type in its own file that keeps
+//! its fields to itself: the `roster` (tenants, the API's overrides, the
+//! cluster's floors, the spec a tenant is controlled by), the `finder`
+//! (what the config matches now, what failed to be adopted and when to try
+//! again, libvirt's connection for discovery), one `DeviceLoop` per device
+//! (`devices`: its controller and backends; an interval returns what it did
+//! to each tenant) and the `TickClock` (`timing`). What joins them is the
+//! service's: `adoption` (adopting and releasing tenants, and the limits
+//! they had before), `publish` (view, metrics, sample stream, admission),
+//! `patch` (changes from the API) and `reload` (SIGHUP and the API's reload).
+//!
 mod adoption;
 mod devices;
+mod finder;
 mod patch;
 mod publish;
 mod reload;
@@ -36,9 +43,10 @@ use crate::metrics::Metrics;
 use crate::ownership::Ownership;
 use crate::view::{Reload, Status, TenantView, View};
 use devices::{build_device, DeviceLoop};
+use finder::Finder;
 use iofloor_core::TenantSpec;
 use roster::{Roster, Tenant};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -99,17 +107,7 @@ pub struct Service {
     shared: Arc<Shared>,
     clock: TickClock,
     last_reload: Option<Reload>,
-    /// Tenants found but not adopted, with the reason already logged.
-    failed_adoptions: HashMap<String, adoption::FailedAdoption>,
-    /// libvirt for discovery, where the config names domains; and the
-    /// error it last gave, logged once.
-    libvirt: Option<iofloor_host::libvirt::LibvirtBackend>,
-    libvirt_error: Option<String>,
-    /// libvirt entries whose one domain or disk is missing, logged once.
-    libvirt_missing: std::collections::HashSet<String>,
-    /// Tenant entries naming one cgroup or monitor socket that is not
-    /// there (logged once, until it appears).
-    absent: std::collections::HashSet<String>,
+    finder: Finder,
     /// The cgroup hierarchy is v2: a parent's `io.max` bounds its subtree.
     cgroup_v2: bool,
 }
@@ -150,11 +148,7 @@ impl Service {
             shared,
             clock: TickClock::start(),
             last_reload: None,
-            failed_adoptions: HashMap::new(),
-            libvirt: None,
-            libvirt_error: None,
-            libvirt_missing: Default::default(),
-            absent: Default::default(),
+            finder: Finder::default(),
             cgroup_v2: false,
         };
         s.cgroup_v2 = iofloor_host::cgroup::detect(&s.cgroup_root)

@@ -54,7 +54,7 @@ impl Service {
             .map(|new| {
                 self.take_config(new);
                 // A fixed entry is tried at once, not after its backoff.
-                self.failed_adoptions.clear();
+                self.finder.retry_all();
                 let message = format!("reloaded {}", self.config.file.display());
                 info!("{message}");
                 message

@@ -1,0 +1,223 @@
+//! Finding tenants: each interval, what the config's entries match now
+//! (cgroups, QEMU monitors, libvirt domains, pods), with what could not be
+//! found or adopted said once, not every interval, and failing adoptions
+//! retried with backoff. This part owns libvirt's connection for discovery
+//! and the memory of what failed; adoption itself is the service's.
+
+use super::LIBVIRT_TIMEOUT;
+use crate::config::Config;
+use crate::discovery::{discover, Found};
+use iofloor_host::libvirt::{DomainInfo, LibvirtBackend};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use tracing::{debug, info, warn};
+
+/// The longest wait, in intervals, between tries to adopt a failing tenant.
+const MAX_RETRY_INTERVALS: u64 = 32;
+
+/// A tenant that could not be adopted: why, how often, and when to try again.
+#[derive(Debug)]
+struct FailedAdoption {
+    message: String,
+    failures: u32,
+    next_try: u64,
+}
+
+/// What one look found.
+pub(super) struct Finding {
+    pub(super) found: Vec<Found>,
+    /// libvirt could not be asked: its domains' tenants are neither found
+    /// nor gone.
+    pub(super) libvirt_unknown: bool,
+}
+
+#[derive(Default)]
+pub(super) struct Finder {
+    /// Tenants found but not adopted, with the reason already logged.
+    failed: HashMap<String, FailedAdoption>,
+    /// libvirt for discovery, where the config names domains; and the
+    /// error it last gave, logged once.
+    libvirt: Option<LibvirtBackend>,
+    libvirt_error: Option<String>,
+    /// libvirt entries whose one domain or disk is missing, logged once.
+    libvirt_missing: HashSet<String>,
+    /// Tenant entries naming one cgroup or monitor socket that is not
+    /// there (logged once, until it appears).
+    absent: HashSet<String>,
+}
+
+impl Finder {
+    /// What the config's entries match now under `cgroup_root`.
+    pub(super) fn find(&mut self, config: &Config, cgroup_root: &Path) -> Finding {
+        let domains = self.libvirt_domains(config);
+        let found = discover(config, cgroup_root, domains.as_deref());
+        // Which config entries matched something, once for both notes.
+        let mut matched = vec![false; config.tenants.len()];
+        for f in &found {
+            matched[f.entry] = true;
+        }
+        if let Some(domains) = &domains {
+            self.note_missing_domains(config, domains, &matched);
+        }
+        self.note_absent_paths(config, cgroup_root, &matched);
+        Finding {
+            found,
+            libvirt_unknown: domains.is_none(),
+        }
+    }
+
+    /// A tenant was adopted: its failures are forgotten.
+    pub(super) fn adopted(&mut self, name: &str) {
+        self.failed.remove(name);
+    }
+
+    /// Forgets the failures of tenants no longer found.
+    pub(super) fn forget_absent(&mut self, present: &HashSet<&str>) {
+        self.failed.retain(|n, _| present.contains(n.as_str()));
+    }
+
+    /// A new config: every failing tenant is tried again at once.
+    pub(super) fn retry_all(&mut self) {
+        self.failed.clear();
+    }
+
+    /// Logs a tenant that cannot be adopted once, not every interval, and
+    /// backs its retries off: 1, 2, 4 … up to [`MAX_RETRY_INTERVALS`]
+    /// intervals apart. A QEMU monitor that accepts and never answers costs
+    /// a whole QMP timeout per try, in the control thread: retried every
+    /// interval, a few of them would make every interval late.
+    pub(super) fn failed(&mut self, name: &str, message: &str, now: u64) {
+        let failed = self
+            .failed
+            .entry(name.to_string())
+            .or_insert_with(|| FailedAdoption {
+                message: String::new(),
+                failures: 0,
+                next_try: now,
+            });
+        if failed.failures == 0 {
+            warn!(tenant = %name, "{message}; retried with backoff, at least every {MAX_RETRY_INTERVALS} intervals");
+        } else if failed.message != message {
+            debug!(tenant = %name, "still failing: {message}");
+        }
+        failed.failures += 1;
+        failed.message = message.to_string();
+        let wait = 1u64 << (failed.failures - 1).min(MAX_RETRY_INTERVALS.ilog2());
+        failed.next_try = now + wait.min(MAX_RETRY_INTERVALS);
+    }
+
+    /// Whether a tenant whose adoption failed is due for another try.
+    pub(super) fn due(&self, name: &str, now: u64) -> bool {
+        self.failed.get(name).is_none_or(|f| now >= f.next_try)
+    }
+
+    /// The libvirt domains now, where the config names any; `None` when
+    /// libvirt cannot be asked (logged once per outage).
+    fn libvirt_domains(&mut self, config: &Config) -> Option<Vec<DomainInfo>> {
+        use crate::config::TenantSource;
+        let wanted = config
+            .tenants
+            .iter()
+            .any(|t| matches!(t.source, TenantSource::Libvirt { .. }));
+        if !wanted {
+            self.libvirt = None;
+            return Some(Vec::new());
+        }
+        if self
+            .libvirt
+            .as_ref()
+            .is_none_or(|l| l.uri() != config.libvirt_uri)
+        {
+            match LibvirtBackend::new(&config.libvirt_uri, LIBVIRT_TIMEOUT) {
+                Ok(l) => self.libvirt = Some(l),
+                Err(e) => {
+                    self.libvirt_down(&config.libvirt_uri, &e.to_string());
+                    return None;
+                }
+            }
+        }
+        let answer = self.libvirt.as_mut().map(|l| l.domains());
+        match answer {
+            Some(Ok(domains)) => {
+                if self.libvirt_error.take().is_some() {
+                    info!(uri = %config.libvirt_uri, "libvirt answers again");
+                }
+                Some(domains)
+            }
+            Some(Err(e)) => {
+                self.libvirt_down(&config.libvirt_uri, &e.to_string());
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// A libvirt entry naming one domain (or disk) that libvirt does not
+    /// have is logged once, and once more when it appears; it is looked for
+    /// again every interval.
+    fn note_missing_domains(&mut self, config: &Config, domains: &[DomainInfo], matched: &[bool]) {
+        use crate::config::TenantSource;
+        for (entry, t) in config.tenants.iter().enumerate() {
+            let TenantSource::Libvirt { domain, disk } = &t.source else {
+                continue;
+            };
+            let missing = if matched[entry] || domain.contains(['*', '?', '[']) {
+                None
+            } else if let Some(d) = domains
+                .iter()
+                .find(|d| d.name == *domain || d.uuid.eq_ignore_ascii_case(domain))
+            {
+                Some(format!(
+                    "libvirt domain `{}` has no disk `{disk}` (its disks: {})",
+                    d.name,
+                    d.disks.join(", ")
+                ))
+            } else {
+                Some(format!("libvirt has no running domain `{domain}`"))
+            };
+            match missing {
+                Some(m) => {
+                    if self.libvirt_missing.insert(t.name.clone()) {
+                        warn!(tenant = %t.name, "{m}; looked for again each interval");
+                    }
+                }
+                None => {
+                    if self.libvirt_missing.remove(&t.name) {
+                        info!(tenant = %t.name, "libvirt domain found");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Says once when an entry naming one cgroup or monitor socket (not a
+    /// glob, which may rightly match nothing yet) finds nothing: a typo or a
+    /// path given from the wrong root otherwise leaves the tenant
+    /// unmanaged without a word.
+    fn note_absent_paths(&mut self, config: &Config, cgroup_root: &Path, matched: &[bool]) {
+        use crate::config::TenantSource;
+        for (entry, t) in config.tenants.iter().enumerate() {
+            // Joined only to be logged (a socket's path is absolute).
+            let (base, named) = match &t.source {
+                TenantSource::Cgroup(c) => (cgroup_root, c),
+                TenantSource::Qmp { socket, .. } => (Path::new("/"), socket),
+                _ => continue,
+            };
+            let path = || base.join(named);
+            if t.source.is_glob() || matched[entry] {
+                if self.absent.remove(&t.name) {
+                    info!(tenant = %t.name, path = %path().display(), "present now");
+                }
+            } else if self.absent.insert(t.name.clone()) {
+                info!(tenant = %t.name, path = %path().display(), "not present; looked for again each interval");
+            }
+        }
+    }
+
+    fn libvirt_down(&mut self, uri: &str, message: &str) {
+        if self.libvirt_error.as_deref() != Some(message) {
+            warn!(uri = %uri, "libvirt cannot be asked for its domains: {message}; its tenants are kept, unavailable, until it answers");
+            self.libvirt_error = Some(message.to_string());
+        }
+    }
+}
