@@ -5,7 +5,8 @@
 # (scripts/guest-image.sh), and for the daemon's tests promtool (prometheus)
 # and chromium; for cluster mode etcd (server and etcdctl), and protoc with
 # the well-known protobuf types, which the etcd client crate needs to build;
-# for the libvirt backend's tests libvirtd with its QEMU driver and virsh.
+# for the libvirt backend's tests libvirtd with its QEMU driver and virsh;
+# python3 for the test suite's runner.
 # Needs root.
 set -euo pipefail
 missing=()
@@ -27,6 +28,8 @@ command -v protoc >/dev/null || missing+=(protobuf-compiler)
 # The libvirt backend (loaded at run time from libvirt.so.0) and its tests.
 command -v libvirtd >/dev/null || missing+=(libvirt-daemon-system libvirt-daemon-driver-qemu)
 command -v virsh >/dev/null || missing+=(libvirt-clients)
+# The test suite's runner (scripts/timed-tests.py) and the analysis scripts.
+command -v python3 >/dev/null || missing+=(python3)
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "iofloor: need root to install ${missing[*]}" >&2

@@ -2,15 +2,49 @@
 # Runs every check of iofloor: formatting, clippy with warnings as errors,
 # then every test — unit, property, simulator, CLI end to end, and the
 # real-kernel ones (cgroup v1 blk-throttle, the rig, fio, a TCG guest, the
-# daemon) — then a minute of AFL++ on every fuzz target and a five-minute
-# soak with crashes (scripts/soak.sh). Installs what the real tests need
-# first (scripts/deps.sh). A real test whose machine is missing something
-# fails; it never passes silently.
+# daemon) — each test binary timed (scripts/timed-tests.py), then a short
+# pass of AFL++ on every fuzz target and a short soak with crashes
+# (scripts/soak.sh; the long runs are `scripts/fuzz.sh --seconds 600` and
+# `scripts/soak.sh 1h`). Installs what the real tests need first
+# (scripts/deps.sh). A real test whose machine is missing something fails;
+# it never passes silently. Prints where the suite's time went at its end,
+# also when a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/deps.sh
-cargo fmt --all --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
-./scripts/fuzz.sh --seconds 60
-./scripts/soak.sh 5m
+
+# Seconds each fuzz target runs here, and the soak's length: enough to catch
+# a crash on the seed corpus and a leak across restarts; the scripts' long
+# runs are for before a release.
+FUZZ_SECONDS=20
+SOAK=3m
+
+suite_started=$SECONDS
+step_times=()
+summary() {
+  local status=$?
+  echo
+  echo "suite time by step:"
+  printf '%s\n' "${step_times[@]}"
+  local total=$((SECONDS - suite_started))
+  echo "suite: $((total / 60)) min $((total % 60)) s$( ((status)) && echo ", FAILED (exit $status)")"
+}
+trap summary EXIT
+
+# step NAME COMMAND...: runs COMMAND and notes how long it took.
+step() {
+  local name=$1
+  shift
+  local started=$SECONDS
+  echo "== $name"
+  local status=0
+  "$@" || status=$?
+  step_times+=("$(printf '%6d s  %s' $((SECONDS - started)) "$name")")
+  return "$status"
+}
+
+step "install what the real tests need" ./scripts/deps.sh
+step "cargo fmt" cargo fmt --all --check
+step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+step "tests (build and run)" ./scripts/timed-tests.py
+step "fuzz, ${FUZZ_SECONDS} s per target" ./scripts/fuzz.sh --seconds "$FUZZ_SECONDS"
+step "soak, $SOAK" ./scripts/soak.sh "$SOAK"

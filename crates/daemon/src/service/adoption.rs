@@ -285,132 +285,16 @@ impl Service {
     pub(super) fn adopt(&mut self, found: Found) {
         let device = self.config.tenants[found.entry].device;
         let spec = Arc::new(self.spec_for(found.entry, &found));
-        let d = &mut self.devices[device];
-        // A tenant whose restore failed when it was released is still in the
-        // state file with its true originals: what it has now is iofloor's
-        // own caps, which must not become its "original".
-        let kept = self
-            .ownership
-            .get(&found.name)
-            .map(|e| e.original.clone())
-            .filter(|o| match (o, &found.kind) {
-                (Original::Cgroup { cgroup, .. }, FoundKind::Cgroup(rel)) => cgroup == rel,
-                (
-                    Original::Qmp { socket, drive, .. },
-                    FoundKind::Qmp {
-                        socket: s,
-                        drive: dr,
-                    },
-                ) => socket == s && drive == dr,
-                (
-                    Original::Libvirt { uuid, disk, .. },
-                    FoundKind::Libvirt {
-                        uuid: u, disk: dk, ..
-                    },
-                ) => uuid == u && disk == dk,
-                _ => false,
-            });
-        let libvirt_uri = self.config.libvirt_uri.clone();
-        let original = match (&found.kind, kept) {
-            (FoundKind::Libvirt { domain, uuid, disk }, kept) => {
-                let l = match d.backend.libvirt.as_mut() {
-                    Some(l) => l,
-                    None => match LibvirtBackend::new(&libvirt_uri, LIBVIRT_TIMEOUT) {
-                        Ok(l) => d.backend.libvirt.insert(l),
-                        Err(e) => {
-                            self.finder.failed(
-                                &found.name,
-                                &format!("cannot adopt: {e}"),
-                                self.clock.ticks(),
-                            );
-                            return;
-                        }
-                    },
-                };
-                let info = DomainInfo {
-                    name: domain.clone(),
-                    uuid: uuid.clone(),
-                    disks: vec![disk.clone()],
-                };
-                // `share = "vm"`: the VM's disks share one QEMU throttle
-                // group holding their caps added up.
-                let shared = spec
-                    .group
-                    .as_ref()
-                    .filter(|_| self.config.tenants[found.entry].share.is_some())
-                    .map(|g| throttle_group_name(&g.name));
-                l.add_tenant(&found.name, &info, disk, shared.as_deref());
-                match kept {
-                    Some(kept) => kept,
-                    None => match l.io_tune(&found.name) {
-                        Ok(tune) => Original::Libvirt {
-                            uri: libvirt_uri,
-                            uuid: uuid.clone(),
-                            domain: domain.clone(),
-                            disk: disk.clone(),
-                            tune,
-                        },
-                        Err(e) => {
-                            l.remove_tenant(&found.name);
-                            self.finder.failed(
-                                &found.name,
-                                &format!("cannot adopt: {e}"),
-                                self.clock.ticks(),
-                            );
-                            return;
-                        }
-                    },
-                }
-            }
-            (FoundKind::Qmp { socket, drive }, Some(kept)) => {
-                d.backend.qmp.add_tenant(
-                    &found.name,
-                    socket,
-                    QmpTarget::Drive { id: drive.clone() },
-                );
-                kept
-            }
-            (_, Some(kept)) => kept,
-            (FoundKind::Cgroup(rel), None) => match d.backend.cgroups.controller().caps(rel) {
-                Ok(caps) => Original::Cgroup {
-                    root: self.cgroup_root.clone(),
-                    cgroup: rel.clone(),
-                    device: d.config.id,
-                    caps,
-                },
-                Err(e) => {
-                    // Gone between discovery and now, or its limits unreadable:
-                    // never written to; found again next interval.
-                    self.finder.failed(
-                        &found.name,
-                        &format!("cannot adopt: {e}"),
-                        self.clock.ticks(),
-                    );
-                    return;
-                }
-            },
-            (FoundKind::Qmp { socket, drive }, None) => {
-                d.backend.qmp.add_tenant(
-                    &found.name,
-                    socket,
-                    QmpTarget::Drive { id: drive.clone() },
-                );
-                match d.backend.qmp.drive_throttle(&found.name) {
-                    Ok(limits) => Original::Qmp {
-                        socket: socket.clone(),
-                        drive: drive.clone(),
-                        limits,
-                    },
-                    Err(e) => {
-                        d.backend.qmp.remove_tenant(&found.name);
-                        self.finder.failed(
-                            &found.name,
-                            &format!("cannot adopt: {e}"),
-                            self.clock.ticks(),
-                        );
-                        return;
-                    }
-                }
+        let kept = self.kept_original(&found);
+        let original = match self.reach(device, &found, &spec, kept) {
+            Ok(original) => original,
+            Err(e) => {
+                // Gone between discovery and now, or its limits unreadable:
+                // never written to; found again next interval.
+                let message = format!("cannot adopt: {e}");
+                self.finder
+                    .failed(&found.name, &message, self.clock.ticks());
+                return;
             }
         };
         // On disk with the reconcile's flush, before the controller's next write.
@@ -419,42 +303,11 @@ impl Service {
             original,
         });
         if let FoundKind::Cgroup(rel) = &found.kind {
+            let d = &mut self.devices[device];
             d.backend.cgroups.add_tenant(&found.name, rel.clone());
-            // A pod on cgroup v2: its containers' caps go to the pod's own
-            // cgroup, added up, whose limits are recorded first as a tenant's.
-            let pod = match (&self.config.tenants[found.entry].source, &spec.group) {
-                (crate::config::TenantSource::Kubernetes { .. }, Some(g)) => {
-                    crate::kubernetes::pod_cgroup(rel).map(|c| (c, pod_key(&g.name)))
-                }
-                _ => None,
-            };
-            // On cgroup v1 blk-throttle is flat: the containers keep their own.
-            if let Some((pod_cgroup, key)) = pod.filter(|_| self.cgroup_v2) {
-                let owned = self.ownership.get(&key).is_some();
-                let recorded = owned
-                    || match d.backend.cgroups.controller().caps(&pod_cgroup) {
-                        Ok(caps) => {
-                            self.ownership.stage(Entry {
-                                tenant: key,
-                                original: Original::Cgroup {
-                                    root: self.cgroup_root.clone(),
-                                    cgroup: pod_cgroup.clone(),
-                                    device: d.config.id,
-                                    caps,
-                                },
-                            });
-                            true
-                        }
-                        Err(e) => {
-                            debug!(tenant = %found.name, "pod cgroup limits unreadable ({e}): caps stay on the container");
-                            false
-                        }
-                    };
-                if recorded {
-                    d.backend.cgroups.share_limit(&found.name, pod_cgroup);
-                }
-            }
+            self.share_pod_limit(device, &found, &spec, rel);
         }
+        let d = &mut self.devices[device];
         d.controller.add_tenant(spec.clone());
         self.finder.adopted(&found.name);
         info!(tenant = %found.name, path = %found.path(&self.cgroup_root).display(), "adopted");
@@ -475,6 +328,166 @@ impl Service {
                 error: None,
             },
         );
+    }
+
+    /// The limits the state file keeps for a tenant whose restore failed
+    /// when it was released, if it is the same cgroup, drive or disk: what
+    /// it has now is iofloor's own caps, which must not become its
+    /// "original".
+    fn kept_original(&self, found: &Found) -> Option<Original> {
+        let e = self.ownership.get(&found.name)?;
+        let same = match (&e.original, &found.kind) {
+            (Original::Cgroup { cgroup, .. }, FoundKind::Cgroup(rel)) => cgroup == rel,
+            (
+                Original::Qmp { socket, drive, .. },
+                FoundKind::Qmp {
+                    socket: s,
+                    drive: dr,
+                },
+            ) => socket == s && drive == dr,
+            (
+                Original::Libvirt { uuid, disk, .. },
+                FoundKind::Libvirt {
+                    uuid: u, disk: dk, ..
+                },
+            ) => uuid == u && disk == dk,
+            _ => false,
+        };
+        same.then(|| e.original.clone())
+    }
+
+    /// Connects a found tenant to its device's backend and returns the
+    /// limits to put back on release: `kept`, or those it has now. On an
+    /// error nothing of it is left in the backend.
+    fn reach(
+        &mut self,
+        device: usize,
+        found: &Found,
+        spec: &TenantSpec,
+        kept: Option<Original>,
+    ) -> Result<Original, HostError> {
+        let d = &mut self.devices[device];
+        match &found.kind {
+            FoundKind::Libvirt { domain, uuid, disk } => {
+                let disk = DomainInfo {
+                    name: domain.clone(),
+                    uuid: uuid.clone(),
+                    disks: vec![disk.clone()],
+                };
+                self.reach_libvirt(device, found, spec, kept, disk)
+            }
+            FoundKind::Qmp { socket, drive } => {
+                let qmp = &mut d.backend.qmp;
+                qmp.add_tenant(&found.name, socket, QmpTarget::Drive { id: drive.clone() });
+                if let Some(kept) = kept {
+                    return Ok(kept);
+                }
+                match qmp.drive_throttle(&found.name) {
+                    Ok(limits) => Ok(Original::Qmp {
+                        socket: socket.clone(),
+                        drive: drive.clone(),
+                        limits,
+                    }),
+                    Err(e) => {
+                        qmp.remove_tenant(&found.name);
+                        Err(e)
+                    }
+                }
+            }
+            FoundKind::Cgroup(rel) => match kept {
+                Some(kept) => Ok(kept),
+                None => Ok(Original::Cgroup {
+                    root: self.cgroup_root.clone(),
+                    cgroup: rel.clone(),
+                    device: d.config.id,
+                    caps: d.backend.cgroups.controller().caps(rel)?,
+                }),
+            },
+        }
+    }
+
+    /// [`Service::reach`] for a libvirt domain's disk: `vm` names the
+    /// domain and its one disk that is the tenant.
+    fn reach_libvirt(
+        &mut self,
+        device: usize,
+        found: &Found,
+        spec: &TenantSpec,
+        kept: Option<Original>,
+        vm: DomainInfo,
+    ) -> Result<Original, HostError> {
+        let disk = vm.disks.concat();
+        let uri = self.config.libvirt_uri.clone();
+        // `share = "vm"`: the VM's disks share one QEMU throttle group
+        // holding their caps added up.
+        let shared = spec
+            .group
+            .as_ref()
+            .filter(|_| self.config.tenants[found.entry].share.is_some())
+            .map(|g| throttle_group_name(&g.name));
+        let d = &mut self.devices[device];
+        let l = match d.backend.libvirt.as_mut() {
+            Some(l) => l,
+            None => d
+                .backend
+                .libvirt
+                .insert(LibvirtBackend::new(&uri, LIBVIRT_TIMEOUT)?),
+        };
+        l.add_tenant(&found.name, &vm, &disk, shared.as_deref());
+        if let Some(kept) = kept {
+            return Ok(kept);
+        }
+        match l.io_tune(&found.name) {
+            Ok(tune) => Ok(Original::Libvirt {
+                uri,
+                uuid: vm.uuid,
+                domain: vm.name,
+                disk,
+                tune,
+            }),
+            Err(e) => {
+                l.remove_tenant(&found.name);
+                Err(e)
+            }
+        }
+    }
+
+    /// A pod on cgroup v2: its containers' caps go to the pod's own cgroup,
+    /// added up, whose limits are recorded first as a tenant's. On cgroup v1
+    /// blk-throttle is flat: the containers keep their own.
+    fn share_pod_limit(&mut self, device: usize, found: &Found, spec: &TenantSpec, rel: &Path) {
+        let pod = match (&self.config.tenants[found.entry].source, &spec.group) {
+            (TenantSource::Kubernetes { .. }, Some(g)) => {
+                crate::kubernetes::pod_cgroup(rel).map(|c| (c, pod_key(&g.name)))
+            }
+            _ => None,
+        };
+        let Some((pod_cgroup, key)) = pod.filter(|_| self.cgroup_v2) else {
+            return;
+        };
+        let d = &mut self.devices[device];
+        let recorded = self.ownership.get(&key).is_some()
+            || match d.backend.cgroups.controller().caps(&pod_cgroup) {
+                Ok(caps) => {
+                    self.ownership.stage(Entry {
+                        tenant: key,
+                        original: Original::Cgroup {
+                            root: self.cgroup_root.clone(),
+                            cgroup: pod_cgroup.clone(),
+                            device: d.config.id,
+                            caps,
+                        },
+                    });
+                    true
+                }
+                Err(e) => {
+                    debug!(tenant = %found.name, "pod cgroup limits unreadable ({e}): caps stay on the container");
+                    false
+                }
+            };
+        if recorded {
+            d.backend.cgroups.share_limit(&found.name, pod_cgroup);
+        }
     }
 
     /// Undoes an adoption whose record never reached the disk: nothing was
