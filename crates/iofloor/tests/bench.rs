@@ -105,17 +105,54 @@ fn bench_json(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
 }
 
+/// One bench run of `noisy-4` on the rig, judged twice: it keeps the floors
+/// and the bench's contract (figures, raw records the report rebuilds from,
+/// nothing left behind), and the simulator, given the model `iofloor
+/// calibrate` measured on the same rig, predicts its figures. One run for
+/// both, since each took minutes of the suite (issue 33).
 #[test]
-fn bench_on_the_rig_keeps_floors_and_follows_the_contract() {
+fn bench_on_the_rig_keeps_floors_follows_the_contract_and_matches_the_simulator() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !real_environment() {
         return;
     }
     let rig = TestRig::up(640);
     let out_dir = tempfile::tempdir().unwrap();
+    let model = calibrate(&rig, out_dir.path());
     let started = Instant::now();
-    let out = out_dir.path().to_str().unwrap();
-    let v = bench_json(&[&noisy4_floor(&rig.device, "0.1", "4")[..], &["--out", out]].concat());
+    let out = out_dir.path().join("real");
+    let out = out.to_str().unwrap();
+    let v = bench_json(&[&noisy4_floor(&rig.device, "0.15", "4")[..], &["--out", out]].concat());
+    eprintln!("real run: {:.0} s", started.elapsed().as_secs_f64());
+    keeps_floors_and_the_contract(&v, Path::new(out));
+    matches_the_simulator(&v, &model);
+    assert_nothing_left(&rig);
+}
+
+/// `iofloor calibrate` on the rig: the model file it wrote.
+fn calibrate(rig: &TestRig, dir: &Path) -> PathBuf {
+    let model = dir.join("rig.toml");
+    let cal = Command::new(bin())
+        .args(["calibrate", &rig.device, "--secs", "2", "--out"])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(
+        cal.status.success(),
+        "calibrate: {}",
+        String::from_utf8_lossy(&cal.stderr)
+    );
+    let text = std::fs::read_to_string(&model).unwrap();
+    assert!(
+        text.contains("wrandiops") && text.contains("queue_knee"),
+        "{text}"
+    );
+    model
+}
+
+/// The bench's summary `v`, written with its records to `out`: floors kept
+/// against `none` in the same run, and the contract of its output.
+fn keeps_floors_and_the_contract(v: &Value, out: &Path) {
     assert_eq!(v["scenario"], "noisy-4");
     let none = &v["policies"]["none"];
     let floor = &v["policies"]["floor"];
@@ -131,8 +168,7 @@ fn bench_on_the_rig_keeps_floors_and_follows_the_contract() {
     }
     let miss = |p: &Value| p["floor_miss_rate"].as_f64().unwrap();
     eprintln!(
-        "real run ({:.0} s): none miss {:.3} / floor miss {:.3}, wc {:.3}, p99 ratio {:.2}",
-        started.elapsed().as_secs_f64(),
+        "none miss {:.3} / floor miss {:.3}, wc {:.3}, p99 ratio {:.2}",
         miss(none),
         miss(floor),
         floor["work_conservation"].as_f64().unwrap(),
@@ -157,17 +193,63 @@ fn bench_on_the_rig_keeps_floors_and_follows_the_contract() {
         );
     }
     // Raw records first: the report rebuilds from them.
-    assert!(
-        out_dir.path().join("runs/floor.json").exists()
-            && out_dir.path().join("report.html").exists()
-    );
+    assert!(out.join("runs/floor.json").exists() && out.join("report.html").exists());
     let again = Command::new(bin())
         .args(["report", "--json"])
-        .arg(out_dir.path())
+        .arg(out)
         .output()
         .unwrap();
-    assert_eq!(serde_json::from_slice::<Value>(&again.stdout).unwrap(), v);
-    assert_nothing_left(&rig);
+    assert_eq!(&serde_json::from_slice::<Value>(&again.stdout).unwrap(), v);
+}
+
+/// The simulator on the calibrated `model` predicts the real run `real`:
+/// throughput within 10 %, floor-miss under `floor` within 2 points.
+fn matches_the_simulator(real: &Value, model: &Path) {
+    let sim = Command::new(bin())
+        .args([
+            "sim",
+            "noisy-4",
+            "--policy",
+            "floor",
+            "--time-scale",
+            "0.15",
+            "--json",
+            "--device-model",
+        ])
+        .arg(model)
+        .output()
+        .unwrap();
+    assert!(
+        sim.status.success(),
+        "sim: {}",
+        String::from_utf8_lossy(&sim.stderr)
+    );
+    let sim: Value = serde_json::from_slice(&sim.stdout).unwrap();
+    for p in ["none", "floor"] {
+        let (r, s) = (&real["policies"][p], &sim["policies"][p]);
+        for key in ["aggregate_iops", "aggregate_bytes_per_s"] {
+            let (rv, sv) = (r[key].as_f64().unwrap(), s[key].as_f64().unwrap());
+            eprintln!(
+                "{p} {key}: real {rv:.0}, sim {sv:.0} ({:+.1}%)",
+                (sv - rv) / rv * 100.0
+            );
+            assert!(
+                (sv - rv).abs() <= 0.10 * rv,
+                "{p} {key}: real {rv}, sim {sv}"
+            );
+        }
+        let (rv, sv) = (
+            r["floor_miss_rate"].as_f64().unwrap(),
+            s["floor_miss_rate"].as_f64().unwrap(),
+        );
+        eprintln!("{p} floor_miss_rate: real {rv:.3}, sim {sv:.3}");
+        if p == "floor" {
+            assert!(
+                (sv - rv).abs() <= 0.02,
+                "{p} floor-miss: real {rv}, sim {sv}"
+            );
+        }
+    }
 }
 
 /// Another host's I/O on the rig (`stolen-rig`, a quarter of its length):
@@ -509,90 +591,6 @@ fn fio_dying_mid_run_fails_the_bench_cleanly() {
 /// not asserted: on a saturated FIFO the quiet tenants sit on a knife edge
 /// (they need their latency just under 33 ms), and the real figure alone
 /// varies 7–13 % between runs while the simulator's is one number.
-#[test]
-fn simulator_matches_the_rig() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !real_environment() {
-        return;
-    }
-    let rig = TestRig::up(640);
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("rig.toml");
-    let cal = Command::new(bin())
-        .args(["calibrate", &rig.device, "--secs", "2", "--out"])
-        .arg(&model)
-        .output()
-        .unwrap();
-    assert!(
-        cal.status.success(),
-        "calibrate: {}",
-        String::from_utf8_lossy(&cal.stderr)
-    );
-    let text = std::fs::read_to_string(&model).unwrap();
-    assert!(
-        text.contains("wrandiops") && text.contains("queue_knee"),
-        "{text}"
-    );
-    let real = Command::new(bin())
-        .arg("bench")
-        .args(noisy4_floor(&rig.device, "0.15", "4"))
-        .args(["--json", "--out"])
-        .arg(dir.path().join("real"))
-        .output()
-        .unwrap();
-    assert!(
-        real.status.success(),
-        "bench: {}",
-        String::from_utf8_lossy(&real.stderr)
-    );
-    let sim = Command::new(bin())
-        .args([
-            "sim",
-            "noisy-4",
-            "--policy",
-            "floor",
-            "--time-scale",
-            "0.15",
-            "--json",
-            "--device-model",
-        ])
-        .arg(&model)
-        .output()
-        .unwrap();
-    assert!(
-        sim.status.success(),
-        "sim: {}",
-        String::from_utf8_lossy(&sim.stderr)
-    );
-    let real: Value = serde_json::from_slice(&real.stdout).unwrap();
-    let sim: Value = serde_json::from_slice(&sim.stdout).unwrap();
-    for p in ["none", "floor"] {
-        let (r, s) = (&real["policies"][p], &sim["policies"][p]);
-        for key in ["aggregate_iops", "aggregate_bytes_per_s"] {
-            let (rv, sv) = (r[key].as_f64().unwrap(), s[key].as_f64().unwrap());
-            eprintln!(
-                "{p} {key}: real {rv:.0}, sim {sv:.0} ({:+.1}%)",
-                (sv - rv) / rv * 100.0
-            );
-            assert!(
-                (sv - rv).abs() <= 0.10 * rv,
-                "{p} {key}: real {rv}, sim {sv}"
-            );
-        }
-        let (rv, sv) = (
-            r["floor_miss_rate"].as_f64().unwrap(),
-            s["floor_miss_rate"].as_f64().unwrap(),
-        );
-        eprintln!("{p} floor_miss_rate: real {rv:.3}, sim {sv:.3}");
-        if p == "floor" {
-            assert!(
-                (sv - rv).abs() <= 0.02,
-                "{p} floor-miss: real {rv}, sim {sv}"
-            );
-        }
-    }
-}
-
 /// Seed 000 Fig. 6 on a real device: a container in a cgroup and a VM behind
 /// qemu-storage-daemon (QEMU's block layer, throttled over QMP) sweep the
 /// queue depth together. Under `floor` the container keeps most of its alone
