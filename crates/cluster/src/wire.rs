@@ -3,7 +3,7 @@
 //! [`Allocation`] for each host. JSON with a schema version, so a value from
 //! a newer iofloor or plain garbage is refused with a reason, never a panic.
 
-use iofloor_core::{Caps, DeviceSample, Rate, TenantSpec, Usage};
+use iofloor_core::{Caps, DeviceSample, Rate, TenantSpec, Usage, ValidationError};
 use serde::{Deserialize, Serialize};
 
 /// The schema these types are written in. A reader refuses values of a
@@ -103,10 +103,46 @@ pub struct FloorSetting {
 /// Why a value read from etcd was not used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum WireError {
+    /// Not JSON of this schema at all. serde's error is kept as its text:
+    /// it is neither Clone nor comparable, and this error is both.
     #[error("not an iofloor {what} (schema {SCHEMA}): {detail}")]
     Garbage { what: &'static str, detail: String },
+    /// Well-formed JSON of this schema with a value no iofloor would write.
+    #[error("not an iofloor {what} (schema {SCHEMA}): {source}")]
+    Invalid {
+        what: &'static str,
+        #[source]
+        source: Invalid,
+    },
     #[error("{what} of schema {found}, newer than this iofloor's {SCHEMA}: upgrade this host")]
     FutureSchema { what: &'static str, found: u32 },
+}
+
+/// A value that parses but would be applied as nonsense.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Invalid {
+    #[error("interval_s {0} is not an interval")]
+    Interval(f64),
+    #[error("tenant `{tenant}`: cap {cap} is not a limit")]
+    Cap { tenant: String, cap: f64 },
+    #[error("{key} {value} is not a share of the device")]
+    Share { key: &'static str, value: f64 },
+    #[error("tenant `{tenant}`: {source}")]
+    Promise {
+        tenant: String,
+        #[source]
+        source: ValidationError,
+    },
+}
+
+impl Invalid {
+    /// Names the tenant whose promise (floor, ceiling, weight) is refused.
+    fn promise(tenant: &str) -> impl FnOnce(ValidationError) -> Invalid + '_ {
+        move |source| Invalid::Promise {
+            tenant: tenant.to_string(),
+            source,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -142,17 +178,17 @@ fn decode<T: serde::de::DeserializeOwned + Check>(
     })?;
     value
         .check()
-        .map_err(|detail| WireError::Garbage { what, detail })?;
+        .map_err(|source| WireError::Invalid { what, source })?;
     Ok(value)
 }
 
 /// What JSON's types cannot say about a value read from etcd: a floor of
 /// zero or a negative cap parses, and would be applied as written.
 trait Check {
-    fn check(&self) -> Result<(), String>;
+    fn check(&self) -> Result<(), Invalid>;
 }
 
-fn check_caps(tenant: &str, caps: &Caps) -> Result<(), String> {
+fn check_caps(tenant: &str, caps: &Caps) -> Result<(), Invalid> {
     for v in [
         caps.read_iops,
         caps.write_iops,
@@ -163,7 +199,10 @@ fn check_caps(tenant: &str, caps: &Caps) -> Result<(), String> {
     .flatten()
     {
         if !(v.is_finite() && v >= 0.0) {
-            return Err(format!("tenant `{tenant}`: cap {v} is not a limit"));
+            return Err(Invalid::Cap {
+                tenant: tenant.to_string(),
+                cap: v,
+            });
         }
     }
     Ok(())
@@ -173,20 +212,20 @@ fn check_caps(tenant: &str, caps: &Caps) -> Result<(), String> {
 /// agent's first tick has no interval behind it yet, and its report (and an
 /// allocation made only of such reports) says so. The allocator takes the
 /// longest interval its reports give.
-fn check_interval(interval_s: f64) -> Result<(), String> {
+fn check_interval(interval_s: f64) -> Result<(), Invalid> {
     if !(0.0..=3600.0).contains(&interval_s) {
-        return Err(format!("interval_s {interval_s} is not an interval"));
+        return Err(Invalid::Interval(interval_s));
     }
     Ok(())
 }
 
 impl Check for HostReport {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), Invalid> {
         check_interval(self.interval_s)?;
         for t in &self.tenants {
             t.spec
                 .check_promise()
-                .map_err(|e| format!("tenant `{}`: {e}", t.spec.name))?;
+                .map_err(Invalid::promise(&t.spec.name))?;
             check_caps(&t.spec.name, &t.caps)?;
         }
         Ok(())
@@ -194,14 +233,14 @@ impl Check for HostReport {
 }
 
 impl Check for FloorSetting {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), Invalid> {
         iofloor_core::model::check_promise(self.floor, None, None)
-            .map_err(|e| format!("tenant `{}`: {e}", self.tenant))
+            .map_err(Invalid::promise(&self.tenant))
     }
 }
 
 impl Check for Allocation {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), Invalid> {
         check_interval(self.interval_s)?;
         for (key, v) in [
             ("capacity", self.capacity),
@@ -209,7 +248,7 @@ impl Check for Allocation {
             ("load", self.load),
         ] {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(format!("{key} {v} is not a share of the device"));
+                return Err(Invalid::Share { key, value: v });
             }
         }
         self.caps
@@ -317,6 +356,10 @@ mod tests {
         a.caps[0].1.write_bps = Some(-5.0);
         let e = Allocation::decode(&a.encode()).unwrap_err();
         assert!(e.to_string().contains("cap -5"), "{e}");
+        assert!(
+            matches!(&e, WireError::Invalid { source: Invalid::Cap { tenant, .. }, .. } if tenant == "t1"),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -125,20 +125,31 @@ pub fn watch_interval(
     interval: Duration,
     given: Option<Duration>,
     cluster: bool,
-) -> Result<Option<Duration>, String> {
+) -> Result<Option<Duration>, WatchIntervalError> {
     match given {
         None if cluster => Ok(None),
         None => Ok(Some((interval / WATCH_PER_INTERVAL).max(WATCH_MIN)).filter(|&w| w < interval)),
         Some(w) if w.is_zero() => Ok(None),
-        Some(_) if cluster => Err("the hosts of a `[cluster]` decide together once an \
-             interval: leave it out or give 0s"
-            .into()),
-        Some(w) if w < WATCH_MIN || w >= interval => Err(format!(
-            "must be 0s (no looks between intervals) or from {WATCH_MIN:?} to less than the \
-             interval ({interval:?}), got {w:?}"
-        )),
+        Some(_) if cluster => Err(WatchIntervalError::InCluster),
+        Some(w) if w < WATCH_MIN || w >= interval => {
+            Err(WatchIntervalError::OutOfRange { interval, given: w })
+        }
         Some(w) => Ok(Some(w)),
     }
+}
+
+/// Why a configured `watch_interval` cannot work; the text says what is allowed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WatchIntervalError {
+    #[error(
+        "the hosts of a `[cluster]` decide together once an interval: leave it out or give 0s"
+    )]
+    InCluster,
+    #[error(
+        "must be 0s (no looks between intervals) or from {WATCH_MIN:?} to less than the \
+         interval ({interval:?}), got {given:?}"
+    )]
+    OutOfRange { interval: Duration, given: Duration },
 }
 
 /// What one tick did, for logs, metrics and reports.
@@ -561,9 +572,12 @@ mod tests {
         );
         assert_eq!(watch_interval(second, Some(Duration::ZERO), true), Ok(None));
         let e = watch_interval(second, Some(Duration::from_millis(125)), true).unwrap_err();
-        assert!(e.contains("decide together"), "{e}");
+        assert_eq!(e, WatchIntervalError::InCluster);
+        assert!(e.to_string().contains("decide together"), "{e}");
         for bad in [Duration::from_millis(5), second, Duration::from_secs(2)] {
-            let e = watch_interval(second, Some(bad), false).unwrap_err();
+            let e = watch_interval(second, Some(bad), false)
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.contains("must be 0s") && e.contains(&format!("{bad:?}")),
                 "{e}"

@@ -195,7 +195,7 @@ async fn put_cluster_floor(
     let reader = changing_cluster(&s, &headers)?;
     let body = body.map_err(rejected)?;
     let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, m);
-    let patch = parse_patch(&body).map_err(bad)?;
+    let patch = parse_patch(&body).map_err(|e| bad(e.to_string()))?;
     let (Some(floor), None, None) = (patch.floor, patch.ceiling, patch.weight) else {
         return Err(bad(
             "only `floor` is set for the whole cluster (ceilings and weights stay in the host files)"
@@ -367,27 +367,64 @@ where
     Option::<T>::deserialize(d).map(Some)
 }
 
+/// Why a PATCH body was refused: each is a 400 that names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum PatchBodyError {
+    #[error("body must be a JSON object")]
+    NotAnObject,
+    #[error("body is not JSON: {source}")]
+    NotJson {
+        #[source]
+        source: serde_json::Error,
+    },
+    /// JSON, but not the shape of a patch as a whole.
+    #[error("body: {source}")]
+    Body {
+        #[source]
+        source: serde_json::Error,
+    },
+    /// JSON, but one field is not what a patch takes.
+    #[error("`{field}`: {source}")]
+    Field {
+        field: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("body names nothing to change (floor, ceiling, weight)")]
+    NothingToChange,
+    #[error(transparent)]
+    Promise(#[from] iofloor_core::ValidationError),
+}
+
+impl From<serde_path_to_error::Error<serde_json::Error>> for PatchBodyError {
+    fn from(e: serde_path_to_error::Error<serde_json::Error>) -> PatchBodyError {
+        let field = e.path().to_string();
+        let source = e.into_inner();
+        if source.is_syntax() || source.is_eof() {
+            return PatchBodyError::NotJson { source };
+        }
+        // serde_path_to_error names the body itself `.`.
+        match field.as_str() {
+            "." => PatchBodyError::Body { source },
+            _ => PatchBodyError::Field { field, source },
+        }
+    }
+}
+
 /// Parses a PATCH body; every problem is a message for a 400 naming the field.
-pub fn parse_patch(body: &[u8]) -> Result<Patch, String> {
+pub fn parse_patch(body: &[u8]) -> Result<Patch, PatchBodyError> {
     // serde would also take a struct from an array of its fields in order.
     if body.trim_ascii_start().first() != Some(&b'{') {
-        return Err("body must be a JSON object".into());
+        return Err(PatchBodyError::NotAnObject);
     }
     let mut json = serde_json::Deserializer::from_slice(body);
-    let parsed: PatchBody = serde_path_to_error::deserialize(&mut json).map_err(|e| {
-        if e.inner().is_syntax() || e.inner().is_eof() {
-            return format!("body is not JSON: {}", e.inner());
-        }
-        match e.path().to_string().as_str() {
-            "." => format!("body: {}", e.inner()),
-            field => format!("`{field}`: {}", e.inner()),
-        }
-    })?;
-    json.end().map_err(|e| format!("body is not JSON: {e}"))?;
+    let parsed: PatchBody = serde_path_to_error::deserialize(&mut json)?;
+    json.end()
+        .map_err(|source| PatchBodyError::NotJson { source })?;
     if parsed.floor.is_none() && parsed.ceiling.is_none() && parsed.weight.is_none() {
-        return Err("body names nothing to change (floor, ceiling, weight)".into());
+        return Err(PatchBodyError::NothingToChange);
     }
-    iofloor_core::model::check_promise(None, None, parsed.weight).map_err(|e| e.to_string())?;
+    iofloor_core::model::check_promise(None, None, parsed.weight)?;
     let rate = |r: Option<Option<RateQ>>| r.map(|r| r.map(|q| q.0));
     Ok(Patch {
         floor: rate(parsed.floor),
@@ -435,7 +472,7 @@ async fn patch_tenant(
     };
     let patch = match parse_patch(&body) {
         Ok(p) => p,
-        Err(m) => return error(StatusCode::BAD_REQUEST, m),
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     match send(&s, |reply| Command::Patch {
         tenant: name,
@@ -550,7 +587,7 @@ mod tests {
             (br#"{"weight": "x"}"#, "`weight`: invalid type"),
             (br#"{"weight": 1} trailing"#, "not JSON: trailing"),
         ] {
-            let e = parse_patch(body).unwrap_err();
+            let e = parse_patch(body).unwrap_err().to_string();
             assert!(e.contains(needle), "{}: {e}", String::from_utf8_lossy(body));
         }
     }

@@ -455,7 +455,7 @@ impl Checker<'_> {
         cluster: bool,
     ) -> Result<Option<Duration>, ConfigError> {
         iofloor_core::control::watch_interval(interval, given.map(|d| d.0), cluster)
-            .map_err(|m| self.top_level_error("watch_interval", m))
+            .map_err(|e| self.top_level_error("watch_interval", e.to_string()))
     }
 
     fn policy(

@@ -43,7 +43,7 @@ impl Qmp {
             writer,
         };
         let greeting = qmp.read_message()?;
-        if parse_reply(&greeting) != Ok(Reply::Greeting) {
+        if !matches!(parse_reply(&greeting), Ok(Reply::Greeting)) {
             return Err(qmp_err(
                 path,
                 format!("no QMP greeting, got {}", greeting.trim()),
@@ -107,11 +107,26 @@ pub enum Reply {
     Error(String),
 }
 
+/// A line from a QMP monitor that is none of the replies it may send.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplyError {
+    #[error("answered garbage ({source}): {line}")]
+    Garbage {
+        line: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("unexpected answer {0}")]
+    Unexpected(Value),
+}
+
 /// Reads one line of a QMP monitor's output; anything but an event, a
 /// return or an error is an error that quotes the line.
-pub fn parse_reply(line: &str) -> std::result::Result<Reply, String> {
-    let reply: Value = serde_json::from_str(line)
-        .map_err(|e| format!("answered garbage ({e}): {}", line.trim()))?;
+pub fn parse_reply(line: &str) -> std::result::Result<Reply, ReplyError> {
+    let reply: Value = serde_json::from_str(line).map_err(|source| ReplyError::Garbage {
+        line: line.trim().to_string(),
+        source,
+    })?;
     if reply.get("QMP").is_some() {
         return Ok(Reply::Greeting);
     }
@@ -128,5 +143,5 @@ pub fn parse_reply(line: &str) -> std::result::Result<Reply, String> {
             .unwrap_or("unknown error");
         return Ok(Reply::Error(desc.to_string()));
     }
-    Err(format!("unexpected answer {reply}"))
+    Err(ReplyError::Unexpected(reply))
 }

@@ -118,7 +118,7 @@ fn is_timeout(e: &HostError) -> bool {
 /// Whether a `query-status` answer says the guest runs. A paused guest
 /// issues no I/O; reading that as "idle" would hand its share away and report
 /// a floor met, so it is unavailable instead.
-pub fn vm_running(status: &Value) -> std::result::Result<(), String> {
+pub fn vm_running(status: &Value) -> std::result::Result<(), VmNotRunning> {
     if status.get("running").and_then(Value::as_bool) == Some(true) {
         return Ok(());
     }
@@ -126,7 +126,16 @@ pub fn vm_running(status: &Value) -> std::result::Result<(), String> {
         .get("status")
         .and_then(Value::as_str)
         .unwrap_or("unknown");
-    Err(format!("VM is not running (status `{state}`)"))
+    Err(VmNotRunning {
+        status: state.to_string(),
+    })
+}
+
+/// A guest that cannot be measured now, with the run state QEMU gave.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("VM is not running (status `{status}`)")]
+pub struct VmNotRunning {
+    pub status: String,
 }
 
 /// The rate fields `block_set_io_throttle` requires (bursts stay at 0).

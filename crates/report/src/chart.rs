@@ -55,13 +55,21 @@ fn axis(unit: iofloor_core::units::RateUnit) -> (f64, &'static str) {
     }
 }
 
-type ChartResult = Result<String, String>;
+type ChartResult = Result<String, ChartError>;
+
+/// Why plotters could not draw a chart into its SVG string.
+#[derive(Debug, thiserror::Error)]
+pub enum ChartError {
+    // Debug, not Display: the text this message has always shown.
+    #[error("chart drawing failed: {0:?}")]
+    Drawing(#[from] DrawingAreaErrorKind<std::io::Error>),
+}
 
 /// The legend box every chart draws.
 fn legend<'a, X, Y>(
     chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
     position: SeriesLabelPosition,
-) -> Result<(), String>
+) -> Result<(), ChartError>
 where
     X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
     Y: plotters::coord::ranged1d::Ranged<ValueType = f64>,
@@ -71,12 +79,8 @@ where
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .position(position)
-        .draw()
-        .map_err(err)
-}
-
-fn err<E: std::fmt::Debug>(e: E) -> String {
-    format!("chart drawing failed: {e:?}")
+        .draw()?;
+    Ok(())
 }
 
 /// Stacked per-tenant throughput over time.
@@ -98,7 +102,7 @@ pub fn stacked_throughput(run: &RunRecord) -> ChartResult {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
+        root.fill(&WHITE)?;
         let mut chart = ChartBuilder::on(&root)
             .caption(
                 format!("{} / {}: stacked throughput", run.scenario, run.policy),
@@ -107,29 +111,26 @@ pub fn stacked_throughput(run: &RunRecord) -> ChartResult {
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
-            .build_cartesian_2d(0.0..run.duration_s.max(1.0), 0.0..(top * 1.1).max(1e-9))
-            .map_err(err)?;
+            .build_cartesian_2d(0.0..run.duration_s.max(1.0), 0.0..(top * 1.1).max(1e-9))?;
         chart
             .configure_mesh()
             .x_desc("time (s)")
             .y_desc(label)
-            .draw()
-            .map_err(err)?;
+            .draw()?;
         for i in (0..n).rev() {
             let colour = palette(i);
             chart
                 .draw_series(
                     AreaSeries::new(stacks[i].iter().copied(), 0.0, colour.mix(0.8))
                         .border_style(colour),
-                )
-                .map_err(err)?
+                )?
                 .label(run.tenants[i].name.clone())
                 .legend(move |(x, y)| {
                     Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled())
                 });
         }
         legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
-        root.present().map_err(err)?;
+        root.present()?;
     }
     Ok(svg)
 }
@@ -154,7 +155,7 @@ pub fn per_tenant_vs_floor(run: &RunRecord) -> ChartResult {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
+        root.fill(&WHITE)?;
         let mut chart = ChartBuilder::on(&root)
             .caption(
                 format!(
@@ -166,14 +167,12 @@ pub fn per_tenant_vs_floor(run: &RunRecord) -> ChartResult {
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
-            .build_cartesian_2d(0.0..run.duration_s.max(1.0), 0.0..(top * 1.1).max(1e-9))
-            .map_err(err)?;
+            .build_cartesian_2d(0.0..run.duration_s.max(1.0), 0.0..(top * 1.1).max(1e-9))?;
         chart
             .configure_mesh()
             .x_desc("time (s)")
             .y_desc(label)
-            .draw()
-            .map_err(err)?;
+            .draw()?;
         for (i, t) in run.tenants.iter().enumerate() {
             let colour = palette(i);
             chart
@@ -182,26 +181,23 @@ pub fn per_tenant_vs_floor(run: &RunRecord) -> ChartResult {
                         .iter()
                         .map(|w| (w.t, w.tenants[i].got.in_unit(unit) * scale)),
                     colour.stroke_width(2),
-                ))
-                .map_err(err)?
+                ))?
                 .label(t.name.clone())
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 15, y)], colour.stroke_width(2))
                 });
             if let Some(floor) = t.floor.filter(|f| f.unit() == unit) {
                 let y = floor.value() * scale;
-                chart
-                    .draw_series(DashedLineSeries::new(
-                        [(0.0, y), (run.duration_s, y)],
-                        6,
-                        4,
-                        colour.stroke_width(1),
-                    ))
-                    .map_err(err)?;
+                chart.draw_series(DashedLineSeries::new(
+                    [(0.0, y), (run.duration_s, y)],
+                    6,
+                    4,
+                    colour.stroke_width(1),
+                ))?;
             }
         }
         legend(&mut chart, SeriesLabelPosition::UpperRight)?;
-        root.present().map_err(err)?;
+        root.present()?;
     }
     Ok(svg)
 }
@@ -224,7 +220,7 @@ pub fn queue_and_latency(run: &RunRecord) -> ChartResult {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
+        root.fill(&WHITE)?;
         let mut chart = ChartBuilder::on(&root)
             .caption(
                 format!(
@@ -237,28 +233,24 @@ pub fn queue_and_latency(run: &RunRecord) -> ChartResult {
             .x_label_area_size(35)
             .y_label_area_size(60)
             .right_y_label_area_size(60)
-            .build_cartesian_2d(0.0..run.duration_s.max(1.0), 0.0..q_top * 1.1)
-            .map_err(err)?
+            .build_cartesian_2d(0.0..run.duration_s.max(1.0), 0.0..q_top * 1.1)?
             .set_secondary_coord(0.0..run.duration_s.max(1.0), 0.0..l_top * 1.1);
         chart
             .configure_mesh()
             .x_desc("time (s)")
             .y_desc("queue size (I/Os)")
-            .draw()
-            .map_err(err)?;
+            .draw()?;
         chart
             .configure_secondary_axes()
             .y_desc("mean response time (ms)")
-            .draw()
-            .map_err(err)?;
+            .draw()?;
         let blue = palette(0);
         let red = palette(3);
         chart
             .draw_series(LineSeries::new(
                 run.windows.iter().map(|w| (w.t, w.device.avg_queue)),
                 blue.stroke_width(2),
-            ))
-            .map_err(err)?
+            ))?
             .label("queue size")
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 15, y)], blue.stroke_width(2))
@@ -269,12 +261,11 @@ pub fn queue_and_latency(run: &RunRecord) -> ChartResult {
                     .iter()
                     .filter_map(|w| w.device.mean_latency_ms.map(|l| (w.t, l))),
                 red.stroke_width(2),
-            ))
-            .map_err(err)?
+            ))?
             .label("response time")
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], red.stroke_width(2)));
         legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
-        root.present().map_err(err)?;
+        root.present()?;
     }
     Ok(svg)
 }
@@ -307,7 +298,7 @@ fn capacity_chart(run: &RunRecord) -> ChartResult {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
+        root.fill(&WHITE)?;
         let mut chart = ChartBuilder::on(&root)
             .caption(
                 format!("{} / {}: learned capacity", run.scenario, run.policy),
@@ -316,19 +307,16 @@ fn capacity_chart(run: &RunRecord) -> ChartResult {
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
-            .build_cartesian_2d(0.0..run.duration_s.max(1.0), 0.0..top * 1.15)
-            .map_err(err)?;
+            .build_cartesian_2d(0.0..run.duration_s.max(1.0), 0.0..top * 1.15)?;
         chart
             .configure_mesh()
             .x_desc("time (s)")
             .y_desc("capacity (x the model's)")
-            .draw()
-            .map_err(err)?;
+            .draw()?;
         let green = palette(2);
         if !truth.is_empty() {
             chart
-                .draw_series(LineSeries::new(truth, green.stroke_width(4)))
-                .map_err(err)?
+                .draw_series(LineSeries::new(truth, green.stroke_width(4)))?
                 .label("what the device could do")
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 15, y)], green.stroke_width(4))
@@ -336,14 +324,13 @@ fn capacity_chart(run: &RunRecord) -> ChartResult {
         }
         let blue = palette(0);
         chart
-            .draw_series(LineSeries::new(learned, blue.stroke_width(2)))
-            .map_err(err)?
+            .draw_series(LineSeries::new(learned, blue.stroke_width(2)))?
             .label("learned")
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 15, y)], blue.stroke_width(2))
             });
         legend(&mut chart, SeriesLabelPosition::LowerRight)?;
-        root.present().map_err(err)?;
+        root.present()?;
     }
     Ok(svg)
 }

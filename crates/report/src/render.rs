@@ -21,8 +21,8 @@ pub enum ReportError {
         path: PathBuf,
         source: serde_json::Error,
     },
-    #[error("{0}")]
-    Chart(String),
+    #[error(transparent)]
+    Chart(#[from] chart::ChartError),
     #[error("{0}: no run records (runs/*.json) found")]
     Empty(PathBuf),
     #[error("{path}: run record of schema version {found}, newer than this iofloor reads (up to {supported}); use a newer iofloor to read it")]
@@ -404,7 +404,7 @@ pub fn html(runs: &[RunRecord]) -> Result<String, ReportError> {
         .into_iter()
         .chain(chart::capacity(r))
         {
-            s.push_str(&svg.map_err(ReportError::Chart)?);
+            s.push_str(&svg?);
         }
     }
     s.push_str("</body></html>\n");
@@ -444,7 +444,7 @@ fn render_dir(dir: &Path, runs: &[RunRecord]) -> Result<Written, ReportError> {
         .chain(chart::capacity(r).map(|svg| ("capacity", svg)))
         {
             let p = charts.join(format!("{}-{kind}.svg", r.policy));
-            std::fs::write(&p, svg.map_err(ReportError::Chart)?).map_err(io_err(&p))?;
+            std::fs::write(&p, svg?).map_err(io_err(&p))?;
         }
     }
     let compared = compare(runs);

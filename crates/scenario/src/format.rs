@@ -889,7 +889,7 @@ impl ScenarioFile {
             self.watch_interval.map(|w| w.0),
             cluster.is_some(),
         )
-        .or_else(|m| bad("watch_interval", m))?;
+        .or_else(|e| bad("watch_interval", e.to_string()))?;
         Ok(Scenario {
             name: self.name,
             description: self.description,

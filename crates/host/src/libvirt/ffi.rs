@@ -110,6 +110,39 @@ impl std::fmt::Display for LvError {
     }
 }
 
+impl std::error::Error for LvError {}
+
+/// Why libvirt cannot be used on this host.
+///
+/// Clone because [`lib`] keeps the first attempt's outcome for every later
+/// call; libloading's and std's errors are not Clone, so those variants keep
+/// the underlying error's message instead of the error itself.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    #[error("libvirt is not installed (libvirt.so.0: {message})")]
+    NotInstalled { message: String },
+    #[error("libvirt.so.0 lacks {symbol}: {message}")]
+    MissingSymbol {
+        symbol: &'static str,
+        message: String,
+    },
+    #[error("libvirt event loop: {0}")]
+    EventLoop(#[source] LvError),
+    #[error("libvirt event loop thread: {message}")]
+    EventThread { message: String },
+}
+
+/// A call that could not be made at all carries no libvirt code or domain.
+impl From<LoadError> for LvError {
+    fn from(e: LoadError) -> LvError {
+        LvError {
+            code: 0,
+            domain: 0,
+            message: e.to_string(),
+        }
+    }
+}
+
 macro_rules! functions {
     ($($name:ident : fn($($arg:ty),*) -> $ret:ty;)*) => {
         /// The entry points, resolved once.
@@ -121,11 +154,11 @@ macro_rules! functions {
 
         impl Lib {
             #[allow(non_snake_case)]
-            fn load() -> Result<Lib, String> {
+            fn load() -> Result<Lib, LoadError> {
                 // SAFETY: loading libvirt runs its constructors, which only
                 // initialise the library's own state.
                 let library = unsafe { libloading::Library::new("libvirt.so.0") }
-                    .map_err(|e| format!("libvirt is not installed (libvirt.so.0: {e})"))?;
+                    .map_err(|e| LoadError::NotInstalled { message: e.to_string() })?;
                 $(
                     // SAFETY: each symbol has the C signature declared here,
                     // as in libvirt's public headers; the library is kept
@@ -135,7 +168,10 @@ macro_rules! functions {
                             .get::<unsafe extern "C" fn($($arg),*) -> $ret>(
                                 concat!(stringify!($name), "\0").as_bytes(),
                             )
-                            .map_err(|e| format!("libvirt.so.0 lacks {}: {e}", stringify!($name)))?
+                            .map_err(|e| LoadError::MissingSymbol {
+                                symbol: stringify!($name),
+                                message: e.to_string(),
+                            })?
                     };
                 )*
                 Ok(Lib { _library: library, $($name,)* })
@@ -172,8 +208,8 @@ unsafe extern "C" fn quiet(_: *mut c_void, _: *const c_void) {}
 /// libvirt, loaded on first use with its event loop running (keepalive
 /// needs one: it is what notices a daemon that stopped answering). An error
 /// says why it cannot be used on this host.
-pub fn lib() -> Result<&'static Lib, String> {
-    static LIB: OnceLock<Result<Lib, String>> = OnceLock::new();
+pub fn lib() -> Result<&'static Lib, LoadError> {
+    static LIB: OnceLock<Result<Lib, LoadError>> = OnceLock::new();
     LIB.get_or_init(|| {
         let lib = Lib::load()?;
         // SAFETY: plain calls with valid arguments; the event loop thread
@@ -183,10 +219,7 @@ pub fn lib() -> Result<&'static Lib, String> {
             // also print each to stderr.
             (lib.virSetErrorFunc)(std::ptr::null_mut(), Some(quiet));
             if (lib.virEventRegisterDefaultImpl)() < 0 {
-                return Err(format!(
-                    "libvirt event loop: {}",
-                    last_error_of(&lib).message
-                ));
+                return Err(LoadError::EventLoop(last_error_of(&lib)));
             }
         }
         let run = lib.virEventRunDefaultImpl;
@@ -198,7 +231,9 @@ pub fn lib() -> Result<&'static Lib, String> {
                     std::thread::sleep(std::time::Duration::from_millis(100));
                 }
             })
-            .map_err(|e| format!("libvirt event loop thread: {e}"))?;
+            .map_err(|e| LoadError::EventThread {
+                message: e.to_string(),
+            })?;
         Ok(lib)
     })
     .as_ref()
@@ -248,11 +283,7 @@ fn c_string(s: &str) -> Result<CString, LvError> {
 
 impl Connection {
     pub fn open(uri: &str) -> Result<Connection, LvError> {
-        let lib = lib().map_err(|message| LvError {
-            code: 0,
-            domain: 0,
-            message,
-        })?;
+        let lib = loaded()?;
         let uri = c_string(uri)?;
         // SAFETY: uri is a valid C string for the call.
         let ptr = unsafe { (lib.virConnectOpen)(uri.as_ptr()) };
@@ -276,11 +307,7 @@ impl Connection {
 
     /// Active domains (running or paused).
     pub fn active_domains(&self) -> Result<Vec<Domain>, LvError> {
-        let lib = lib().map_err(|message| LvError {
-            code: 0,
-            domain: 0,
-            message,
-        })?;
+        let lib = loaded()?;
         const ACTIVE: c_uint = 1; // VIR_CONNECT_LIST_DOMAINS_ACTIVE
         let mut list: *mut DomainPtr = std::ptr::null_mut();
         // SAFETY: libvirt allocates the array; each handle and the array
@@ -301,11 +328,7 @@ impl Connection {
     }
 
     pub fn domain_by_uuid(&self, uuid: &str) -> Result<Domain, LvError> {
-        let lib = lib().map_err(|message| LvError {
-            code: 0,
-            domain: 0,
-            message,
-        })?;
+        let lib = loaded()?;
         let uuid = c_string(uuid)?;
         // SAFETY: valid connection and C string.
         let ptr = unsafe { (lib.virDomainLookupByUUIDString)(self.0, uuid.as_ptr()) };
@@ -334,12 +357,9 @@ impl Drop for Domain {
     }
 }
 
+/// [`lib`] for the calls that answer with an [`LvError`].
 fn loaded() -> Result<&'static Lib, LvError> {
-    lib().map_err(|message| LvError {
-        code: 0,
-        domain: 0,
-        message,
-    })
+    Ok(lib()?)
 }
 
 impl Domain {

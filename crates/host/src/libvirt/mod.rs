@@ -172,8 +172,8 @@ pub fn counters_from_stats(params: &[(String, ParamValue)]) -> Counters {
 
 /// The disk targets of a domain's XML: `<disk device='disk'>` only (not
 /// CD-ROMs or floppies), by `<target dev=…>`.
-pub fn disk_targets(xml: &str) -> std::result::Result<Vec<String>, String> {
-    let doc = roxmltree::Document::parse(xml).map_err(|e| format!("domain XML: {e}"))?;
+pub fn disk_targets(xml: &str) -> std::result::Result<Vec<String>, DomainXmlError> {
+    let doc = roxmltree::Document::parse(xml).map_err(DomainXmlError)?;
     Ok(doc
         .descendants()
         .filter(|n| n.has_tag_name("disk") && n.attribute("device").unwrap_or("disk") == "disk")
@@ -186,6 +186,11 @@ pub fn disk_targets(xml: &str) -> std::result::Result<Vec<String>, String> {
         })
         .collect())
 }
+
+/// A domain's XML that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("domain XML: {0}")]
+pub struct DomainXmlError(#[source] roxmltree::Error);
 
 /// What the worker is asked to do; its answer comes back on the job's own
 /// channel, which the caller stops listening to when it gives up waiting.
