@@ -23,7 +23,9 @@ pub mod view;
 use crate::api::ApiState;
 use crate::config::Config;
 use crate::service::{ClusterLink, Command, Service, Shared};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use tracing::{info, warn};
 
 /// Runs the daemon until SIGTERM or SIGINT, then restores every limit it
@@ -41,49 +43,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
     // Signals first: a SIGTERM during start-up must not kill us half-way.
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
-
-    let tcp = match config.api.listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| anyhow::anyhow!("`api.listen` {addr}: {e}"))?,
-        ),
-        None => None,
-    };
-    let unix = match &config.api.unix_socket {
-        Some(path) => Some(bind_unix(path)?),
-        None => None,
-    };
-
-    // Cluster mode: etcd must answer before anything else happens, so a
-    // wrong endpoint is an error at start, not a host silently on its own.
-    let etcd = match &config.cluster {
-        Some(c) => Some(
-            iofloor_cluster::Etcd::connect(&c.etcd)
-                .await
-                .map_err(|e| anyhow::anyhow!("`cluster.endpoints` {:?}: {e}", c.etcd.endpoints))?,
-        ),
-        None => None,
-    };
-
-    let (ticks, _) = tokio::sync::broadcast::channel(16);
-    let host = match &config.cluster {
-        Some(c) => c.host.clone(),
-        // Only a label: a machine without a readable hostname is still served.
-        None => config::machine_hostname().unwrap_or_else(|_| "localhost".into()),
-    };
-    let shared = Arc::new(Shared {
-        view: Mutex::new(Service::initial_view(&config)),
-        metrics: metrics::Metrics::new(&host),
-        ticks,
-        token: Mutex::new(None),
-        cluster: config.cluster.as_ref().map(|_| ClusterLink::default()),
-    });
+    let mut signals = Signals::install()?;
+    let listeners = ApiListeners::bind(&config).await?;
+    let etcd = connect_etcd(&config).await?;
+    let shared = shared_state(&config);
     let unix_path = config.api.unix_socket.clone();
     let service = {
         let shared = shared.clone();
@@ -91,59 +55,181 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
     // Joins before the first interval: a host name another agent holds is
     // refused before any tenant is touched.
-    let agent = match (etcd, service.cluster_settings(), &shared.cluster) {
-        (Some(etcd), Some(settings), Some(link)) => {
-            let reader = iofloor_cluster::ClusterReader::new(etcd.clone(), &settings);
-            *link.reader.lock().unwrap() = Some(reader);
-            let agent = match iofloor_cluster::start(etcd, settings, link.mailbox.clone()).await {
-                Ok(agent) => agent,
-                Err(e) => {
-                    // Nothing was adopted yet: this only removes the state file.
-                    tokio::task::spawn_blocking(move || service.stop_before_start()).await??;
-                    return Err(e.into());
-                }
-            };
-            *link.status.lock().unwrap() = Some(agent.status.clone());
-            Some(agent)
+    let agent = match join_cluster(etcd, &service, &shared).await {
+        Ok(agent) => agent,
+        Err(e) => {
+            // Nothing was adopted yet: this only removes the state file.
+            tokio::task::spawn_blocking(move || service.stop_before_start()).await??;
+            return Err(e);
         }
-        _ => None,
     };
-    let (tx, rx) = std::sync::mpsc::channel();
-    let control = std::thread::Builder::new()
-        .name("iofloor-control".into())
-        .spawn(move || service.run(rx))?;
-    let commands = tx;
+    let (commands, control) = start_control_thread(service)?;
+    listeners.serve(&shared, &commands)?;
+    signals.until_stop(&commands).await;
+    shut_down(&commands, control, agent, unix_path).await
+}
 
-    if let Some(listener) = tcp {
-        info!("API and dashboard on http://{}", listener.local_addr()?);
-        let app = api::router(ApiState {
-            shared: shared.clone(),
-            commands: commands.clone(),
-            via_unix: false,
-        });
-        let listener = limits::BoundedListener::new(listener, limits::MAX_CONNECTIONS);
-        tokio::spawn(async move { axum::serve(listener, app).await });
-    }
-    if let Some(listener) = unix {
-        let app = api::router(ApiState {
-            shared: shared.clone(),
-            commands: commands.clone(),
-            via_unix: true,
-        });
-        let listener = limits::BoundedListener::new(listener, limits::MAX_CONNECTIONS);
-        tokio::spawn(async move { axum::serve(listener, app).await });
+/// The signals the daemon answers: SIGTERM and SIGINT stop it, SIGHUP
+/// reloads the config.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
     }
 
-    loop {
-        tokio::select! {
-            _ = term.recv() => { info!("SIGTERM: restoring limits and stopping"); break; }
-            _ = int.recv() => { info!("SIGINT: restoring limits and stopping"); break; }
-            _ = hup.recv() => {
-                info!("SIGHUP: reloading the config");
-                let _ = commands.send(Command::Reload { reply: None });
+    /// Returns on SIGTERM or SIGINT. A SIGHUP's reload is not waited on:
+    /// the control thread logs its outcome and counts it in the metrics, and
+    /// a stop signal must be heard meanwhile.
+    async fn until_stop(&mut self, commands: &Sender<Command>) {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => { info!("SIGTERM: restoring limits and stopping"); return; }
+                _ = self.int.recv() => { info!("SIGINT: restoring limits and stopping"); return; }
+                _ = self.hup.recv() => {
+                    info!("SIGHUP: reloading the config");
+                    let _ = commands.send(Command::Reload { reply: None });
+                }
             }
         }
     }
+}
+
+/// The API's listeners, bound before the service starts: an address in use
+/// is an error at start, before any limit is written.
+struct ApiListeners {
+    tcp: Option<tokio::net::TcpListener>,
+    unix: Option<tokio::net::UnixListener>,
+}
+
+impl ApiListeners {
+    async fn bind(config: &Config) -> anyhow::Result<ApiListeners> {
+        let tcp = match config.api.listen {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("`api.listen` {addr}: {e}"))?,
+            ),
+            None => None,
+        };
+        let unix = match &config.api.unix_socket {
+            Some(path) => Some(bind_unix(path)?),
+            None => None,
+        };
+        Ok(ApiListeners { tcp, unix })
+    }
+
+    /// Serves the API on each listener. Requests through the unix socket
+    /// may change state without the token: the socket's permissions are
+    /// its access control.
+    fn serve(self, shared: &Arc<Shared>, commands: &Sender<Command>) -> anyhow::Result<()> {
+        let state = |via_unix| ApiState {
+            shared: shared.clone(),
+            commands: commands.clone(),
+            via_unix,
+        };
+        if let Some(listener) = self.tcp {
+            info!("API and dashboard on http://{}", listener.local_addr()?);
+            spawn_api(listener, state(false));
+        }
+        if let Some(listener) = self.unix {
+            spawn_api(listener, state(true));
+        }
+        Ok(())
+    }
+}
+
+/// Serves the API on `listener` in a task of its own. The listener bounds
+/// open connections because axum's `serve` has no such bound.
+fn spawn_api<L>(listener: L, state: ApiState)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let app = api::router(state);
+    let listener = limits::BoundedListener::new(listener, limits::MAX_CONNECTIONS);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+}
+
+/// Cluster mode: etcd must answer before anything else happens, so a
+/// wrong endpoint is an error at start, not a host silently on its own.
+async fn connect_etcd(config: &Config) -> anyhow::Result<Option<iofloor_cluster::Etcd>> {
+    let Some(c) = &config.cluster else {
+        return Ok(None);
+    };
+    let etcd = iofloor_cluster::Etcd::connect(&c.etcd)
+        .await
+        .map_err(|e| anyhow::anyhow!("`cluster.endpoints` {:?}: {e}", c.etcd.endpoints))?;
+    Ok(Some(etcd))
+}
+
+/// What the control thread and the API share, with the metrics labelled by
+/// the host they describe.
+fn shared_state(config: &Config) -> Arc<Shared> {
+    let (ticks, _) = tokio::sync::broadcast::channel(16);
+    let host = match &config.cluster {
+        Some(c) => c.host.clone(),
+        // Only a label: a machine without a readable hostname is still served.
+        None => config::machine_hostname().unwrap_or_else(|_| "localhost".into()),
+    };
+    Arc::new(Shared {
+        view: Mutex::new(Service::initial_view(config)),
+        metrics: metrics::Metrics::new(&host),
+        ticks,
+        token: Mutex::new(None),
+        cluster: config.cluster.as_ref().map(|_| ClusterLink::default()),
+    })
+}
+
+/// Cluster mode: joins the cluster and hands the control thread and the API
+/// what they read it through. `None` outside cluster mode.
+async fn join_cluster(
+    etcd: Option<iofloor_cluster::Etcd>,
+    service: &Service,
+    shared: &Shared,
+) -> anyhow::Result<Option<iofloor_cluster::AgentHandle>> {
+    let (Some(etcd), Some(settings), Some(link)) =
+        (etcd, service.cluster_settings(), &shared.cluster)
+    else {
+        return Ok(None);
+    };
+    let reader = iofloor_cluster::ClusterReader::new(etcd.clone(), &settings);
+    *link.reader.lock().unwrap() = Some(reader);
+    let agent = iofloor_cluster::start(etcd, settings, link.mailbox.clone()).await?;
+    *link.status.lock().unwrap() = Some(agent.status.clone());
+    Ok(Some(agent))
+}
+
+/// The control loop gets a thread of its own, not a task on the runtime: it
+/// blocks on cgroup files and QEMU monitors and raises its own thread's
+/// priority, so its intervals never wait behind the API.
+fn start_control_thread(
+    service: Service,
+) -> anyhow::Result<(Sender<Command>, JoinHandle<anyhow::Result<()>>)> {
+    let (commands, rx) = std::sync::mpsc::channel();
+    let control = std::thread::Builder::new()
+        .name("iofloor-control".into())
+        .spawn(move || service.run(rx))?;
+    Ok((commands, control))
+}
+
+/// Stops the control thread, which restores every limit, then leaves the
+/// cluster and removes the API's socket.
+async fn shut_down(
+    commands: &Sender<Command>,
+    control: JoinHandle<anyhow::Result<()>>,
+    agent: Option<iofloor_cluster::AgentHandle>,
+    unix_path: Option<std::path::PathBuf>,
+) -> anyhow::Result<()> {
     let _ = commands.send(Command::Shutdown);
     let result = tokio::task::spawn_blocking(move || control.join()).await?;
     // After the limits are restored: leaving revokes the lease, and the

@@ -24,6 +24,16 @@ pub struct TenantLabels {
     pub class: String,
 }
 
+impl TenantLabels {
+    fn of(t: &TenantView) -> TenantLabels {
+        TenantLabels {
+            tenant: t.name.clone(),
+            device: t.device.clone(),
+            class: t.class.as_str().to_string(),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
 enum DirectionLabel {
@@ -39,12 +49,34 @@ struct DirLabels {
     direction: DirectionLabel,
 }
 
+impl DirLabels {
+    fn new(l: &TenantLabels, direction: DirectionLabel) -> DirLabels {
+        DirLabels {
+            tenant: l.tenant.clone(),
+            device: l.device.clone(),
+            class: l.class.clone(),
+            direction,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FloorLabels {
     tenant: String,
     device: String,
     class: String,
     unit: String,
+}
+
+impl FloorLabels {
+    fn new(l: &TenantLabels, unit: &str) -> FloorLabels {
+        FloorLabels {
+            tenant: l.tenant.clone(),
+            device: l.device.clone(),
+            class: l.class.clone(),
+            unit: unit.into(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -72,8 +104,41 @@ struct ReloadLabels {
     result: String,
 }
 
-pub struct Metrics {
-    registry: Registry,
+fn unit_label(r: Rate) -> &'static str {
+    match r {
+        Rate::Iops(_) => "iops",
+        Rate::BytesPerSec(_) => "bytes_per_second",
+        Rate::Cost(_) => "cost",
+    }
+}
+
+fn flag(b: bool) -> f64 {
+    if b {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// Sets a gauge's series, or removes it when there is no value: a series
+/// that is absent says "unknown" or "none", where a stale value would lie.
+fn set_or_remove<L>(family: &Family<L, GaugeF>, labels: &L, value: Option<f64>)
+where
+    L: Clone + std::hash::Hash + Eq,
+{
+    match value {
+        Some(v) => {
+            family.get_or_create(labels).set(v);
+        }
+        None => {
+            family.remove(labels);
+        }
+    }
+}
+
+/// Per-tenant series: usage, floor, caps, throttling and availability.
+#[derive(Default)]
+struct TenantSeries {
     iops: Family<DirLabels, GaugeF>,
     bytes: Family<DirLabels, GaugeF>,
     cost: Family<TenantLabels, GaugeF>,
@@ -84,37 +149,364 @@ pub struct Metrics {
     cap_bytes: Family<DirLabels, GaugeF>,
     throttled: Family<TenantLabels, CounterF>,
     available: Family<TenantLabels, GaugeF>,
+}
+
+impl TenantSeries {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "iofloor_tenant_iops",
+            "I/O operations per second over the last interval",
+            self.iops.clone(),
+        );
+        r.register(
+            "iofloor_tenant_bytes_per_second",
+            "Bytes per second over the last interval",
+            self.bytes.clone(),
+        );
+        r.register(
+            "iofloor_tenant_cost_ratio",
+            "Share of the device's capacity used (cost model)",
+            self.cost.clone(),
+        );
+        r.register(
+            "iofloor_tenant_latency_seconds",
+            "Mean completion latency, where the backend reports it",
+            self.latency.clone(),
+        );
+        r.register(
+            "iofloor_tenant_floor",
+            "The tenant's floor, in the unit of the `unit` label",
+            self.floor.clone(),
+        );
+        r.register(
+            "iofloor_tenant_floor_met",
+            "1 if the floor was met over the last interval (docs/config.md)",
+            self.floor_met.clone(),
+        );
+        r.register(
+            "iofloor_tenant_cap_iops",
+            "IOPS cap in force (absent when none)",
+            self.cap_iops.clone(),
+        );
+        r.register(
+            "iofloor_tenant_cap_bytes_per_second",
+            "Bandwidth cap in force (absent when none)",
+            self.cap_bytes.clone(),
+        );
+        r.register(
+            "iofloor_tenant_throttled_seconds",
+            "Seconds the tenant had a cap in force",
+            self.throttled.clone(),
+        );
+        r.register(
+            "iofloor_tenant_available",
+            "1 if the tenant's counters could be read this interval",
+            self.available.clone(),
+        );
+    }
+
+    fn update(&self, t: &TenantView, throttled_for: f64) {
+        let l = TenantLabels::of(t);
+        let (r, w) = (
+            DirLabels::new(&l, DirectionLabel::read),
+            DirLabels::new(&l, DirectionLabel::write),
+        );
+        self.available.get_or_create(&l).set(flag(t.available));
+        if let Some(u) = &t.usage {
+            self.iops.get_or_create(&r).set(u.read_iops);
+            self.iops.get_or_create(&w).set(u.write_iops);
+            self.bytes.get_or_create(&r).set(u.read_bytes_per_sec);
+            self.bytes.get_or_create(&w).set(u.write_bytes_per_sec);
+            self.cost.get_or_create(&l).set(u.cost);
+            set_or_remove(&self.latency, &l, u.latency_us.map(|us| us / 1e6));
+        }
+        // The floor's unit is a label: a floor changed to another unit must
+        // not leave the old unit's series behind.
+        self.remove_floor(&l);
+        if let Some(f) = t.floor {
+            let fl = FloorLabels::new(&l, unit_label(f));
+            self.floor.get_or_create(&fl).set(f.value());
+        }
+        set_or_remove(&self.floor_met, &l, t.floor_met.map(flag));
+        for (labels, iops, bps) in [
+            (&r, t.caps.read_iops, t.caps.read_bps),
+            (&w, t.caps.write_iops, t.caps.write_bps),
+        ] {
+            set_or_remove(&self.cap_iops, labels, iops);
+            set_or_remove(&self.cap_bytes, labels, bps);
+        }
+        self.throttled.get_or_create(&l).inc_by(throttled_for);
+    }
+
+    fn remove_floor(&self, l: &TenantLabels) {
+        for unit in ["iops", "bytes_per_second", "cost"] {
+            self.floor.remove(&FloorLabels::new(l, unit));
+        }
+    }
+
+    fn forget(&self, t: &TenantView) {
+        let l = TenantLabels::of(t);
+        for d in [DirectionLabel::read, DirectionLabel::write] {
+            let dl = DirLabels::new(&l, d);
+            self.iops.remove(&dl);
+            self.bytes.remove(&dl);
+            self.cap_iops.remove(&dl);
+            self.cap_bytes.remove(&dl);
+        }
+        self.cost.remove(&l);
+        self.latency.remove(&l);
+        self.floor_met.remove(&l);
+        self.throttled.remove(&l);
+        self.available.remove(&l);
+        self.remove_floor(&l);
+    }
+}
+
+/// Per-device series: load, learned capacity, the policy's verdicts and the
+/// number of tenants.
+#[derive(Default)]
+struct DeviceSeries {
     utilisation: Family<DeviceLabels, GaugeF>,
     queue: Family<DeviceLabels, GaugeF>,
     capacity: Family<DeviceLabels, GaugeF>,
-    device_latency: Family<DeviceLabels, GaugeF>,
+    latency: Family<DeviceLabels, GaugeF>,
     floors_feasible: Family<DeviceLabels, GaugeF>,
     contended: Family<DeviceLabels, GaugeF>,
     floor_shortfall: Family<DeviceLabels, GaugeF>,
     latency_threshold: Family<DeviceLabels, GaugeF>,
     tenants: Family<DeviceLabels, GaugeF>,
-    decision: Histogram,
-    tick_duration: Histogram,
-    tick_lateness: Histogram,
-    overruns: Counter,
-    early_ticks: Counter,
-    ticks: Counter,
-    reloads: Family<ReloadLabels, Counter>,
-    cluster_allocator: Family<ClusterLabels, GaugeF>,
-    cluster_connected: Family<ClusterLabels, GaugeF>,
-    cluster_hosts: Family<ClusterLabels, GaugeF>,
-    cluster_quiet_hosts: Family<ClusterLabels, GaugeF>,
-    cluster_allocation_age: Family<ClusterLabels, GaugeF>,
-    cluster_leases_lost: Family<ClusterLabels, GaugeF>,
-    cluster_mode: Family<ClusterModeLabels, GaugeF>,
 }
 
-fn unit_label(r: Rate) -> &'static str {
-    match r {
-        Rate::Iops(_) => "iops",
-        Rate::BytesPerSec(_) => "bytes_per_second",
-        Rate::Cost(_) => "cost",
+impl DeviceSeries {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "iofloor_device_utilisation_ratio",
+            "Share of the interval the device had I/O in flight",
+            self.utilisation.clone(),
+        );
+        r.register(
+            "iofloor_device_queue_depth",
+            "Mean number of I/Os in flight",
+            self.queue.clone(),
+        );
+        r.register(
+            "iofloor_device_capacity_estimate_cost",
+            "Capacity the policy believes the device has, in cost units per second",
+            self.capacity.clone(),
+        );
+        r.register(
+            "iofloor_device_latency_seconds",
+            "Mean time an I/O spent at the device (diskstats, Little's law)",
+            self.latency.clone(),
+        );
+        r.register(
+            "iofloor_device_floors_feasible",
+            "1 if the active tenants' floors fit the learned capacity; 0 while every entitlement is scaled down",
+            self.floors_feasible.clone(),
+        );
+        r.register(
+            "iofloor_device_contended",
+            "1 if the policy judged the device contended over the last interval: the verdict each tenant's floor_met was judged with",
+            self.contended.clone(),
+        );
+        r.register(
+            "iofloor_device_floor_shortfall_cost",
+            "How much the active floors exceed what can be handed out, in cost units per second",
+            self.floor_shortfall.clone(),
+        );
+        r.register(
+            "iofloor_device_latency_threshold_seconds",
+            "Mean device latency above which the policy counts the device as overloaded: latency_target, raised to 1.25 x the device's service time when below it, or the automatic threshold",
+            self.latency_threshold.clone(),
+        );
+        r.register(
+            "iofloor_tenants",
+            "Tenants under control",
+            self.tenants.clone(),
+        );
     }
+
+    fn update(&self, state: &crate::view::DeviceState, tenants: usize) {
+        let l = DeviceLabels {
+            device: state.device.clone(),
+        };
+        for (family, value) in [
+            (&self.utilisation, state.utilisation),
+            (&self.queue, state.avg_queue),
+            (&self.capacity, state.capacity_estimate),
+            (&self.latency, state.latency_us.map(|us| us / 1e6)),
+            (&self.floors_feasible, state.floors_feasible.map(flag)),
+            (&self.floor_shortfall, state.floor_shortfall),
+            (&self.contended, state.contended.map(flag)),
+            (
+                &self.latency_threshold,
+                state.latency_threshold_us.map(|us| us / 1e6),
+            ),
+        ] {
+            set_or_remove(family, &l, value);
+        }
+        self.tenants.get_or_create(&l).set(tenants as f64);
+    }
+}
+
+/// The control loop's own series: how long its intervals took, how late
+/// they started and how many ran.
+struct TickSeries {
+    decision: Histogram,
+    duration: Histogram,
+    lateness: Histogram,
+    overruns: Counter,
+    early: Counter,
+    ticks: Counter,
+}
+
+impl Default for TickSeries {
+    fn default() -> TickSeries {
+        TickSeries {
+            decision: Histogram::new(exponential_buckets(1e-6, 4.0, 10)),
+            // 10 µs .. 2.6 s: a tick of 100 tenants takes about a millisecond.
+            duration: Histogram::new(exponential_buckets(1e-5, 2.0, 19)),
+            lateness: Histogram::new(exponential_buckets(1e-5, 2.0, 19)),
+            overruns: Counter::default(),
+            early: Counter::default(),
+            ticks: Counter::default(),
+        }
+    }
+}
+
+impl TickSeries {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "iofloor_decision_duration_seconds",
+            "Time the policy took to decide",
+            self.decision.clone(),
+        );
+        r.register(
+            "iofloor_tick_duration_seconds",
+            "Time a whole control interval took: reading counters, deciding, writing caps, publishing",
+            self.duration.clone(),
+        );
+        r.register(
+            "iofloor_tick_lateness_seconds",
+            "How late a control interval started after its scheduled time (API changes handled first, a busy machine)",
+            self.lateness.clone(),
+        );
+        r.register(
+            "iofloor_interval_overruns",
+            "Intervals that started late because the last one ran long",
+            self.overruns.clone(),
+        );
+        r.register("iofloor_ticks", "Control intervals run", self.ticks.clone());
+        r.register(
+            "iofloor_early_ticks",
+            "Control intervals cut short because a look at a device between intervals saw an overload (`watch_interval`)",
+            self.early.clone(),
+        );
+    }
+
+    fn observe(&self, timing: &crate::service::TickTiming, overrun: bool) {
+        self.ticks.inc();
+        self.decision.observe(timing.decision.as_secs_f64());
+        self.duration.observe(timing.duration.as_secs_f64());
+        self.lateness.observe(timing.lateness.as_secs_f64());
+        if overrun {
+            self.overruns.inc();
+        }
+        if timing.early {
+            self.early.inc();
+        }
+    }
+}
+
+/// Cluster mode's series: this agent's place in the cluster, per shared
+/// device.
+#[derive(Default)]
+struct ClusterSeries {
+    allocator: Family<ClusterLabels, GaugeF>,
+    connected: Family<ClusterLabels, GaugeF>,
+    hosts: Family<ClusterLabels, GaugeF>,
+    quiet_hosts: Family<ClusterLabels, GaugeF>,
+    allocation_age: Family<ClusterLabels, GaugeF>,
+    leases_lost: Family<ClusterLabels, GaugeF>,
+    mode: Family<ClusterModeLabels, GaugeF>,
+}
+
+impl ClusterSeries {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "iofloor_cluster_allocator",
+            "1 if this host is the cluster's allocator for the shared device",
+            self.allocator.clone(),
+        );
+        r.register(
+            "iofloor_cluster_connected",
+            "1 if etcd answered in the last interval",
+            self.connected.clone(),
+        );
+        r.register(
+            "iofloor_cluster_hosts",
+            "Hosts whose agents hold a claim in etcd",
+            self.hosts.clone(),
+        );
+        r.register(
+            "iofloor_cluster_quiet_hosts",
+            "On the allocator: hosts gone quiet with their caps in force, whose last load it counts",
+            self.quiet_hosts.clone(),
+        );
+        r.register(
+            "iofloor_cluster_allocation_age_seconds",
+            "Age of the allocation in force, by this host's clock",
+            self.allocation_age.clone(),
+        );
+        r.register(
+            "iofloor_cluster_leases_lost",
+            "Times this agent lost its lease and rejoined",
+            self.leases_lost.clone(),
+        );
+        r.register(
+            "iofloor_cluster_mode",
+            "1 for how the shared device's caps were chosen (allocated, starting, fallback)",
+            self.mode.clone(),
+        );
+    }
+
+    fn update(&self, c: &crate::view::ClusterView) {
+        let l = ClusterLabels {
+            cluster: c.cluster.clone(),
+            device: c.device.clone(),
+        };
+        self.allocator
+            .get_or_create(&l)
+            .set(flag(c.role == "allocator"));
+        self.connected.get_or_create(&l).set(flag(c.connected));
+        self.hosts.get_or_create(&l).set(c.hosts.len() as f64);
+        self.quiet_hosts
+            .get_or_create(&l)
+            .set(c.ghosts.len() as f64);
+        self.leases_lost.get_or_create(&l).set(c.leases_lost as f64);
+        set_or_remove(&self.allocation_age, &l, c.allocation_age_s);
+        // Every mode has a series, 0 for the ones not in force, so a change
+        // of mode shows as one series falling and another rising.
+        for mode in ["allocated", "starting", "fallback"] {
+            self.mode
+                .get_or_create(&ClusterModeLabels {
+                    cluster: c.cluster.clone(),
+                    device: c.device.clone(),
+                    mode: mode.into(),
+                })
+                .set(flag(c.mode.as_deref() == Some(mode)));
+        }
+    }
+}
+
+/// Every series the daemon exports, and the registry that encodes them.
+pub struct Metrics {
+    registry: Registry,
+    tenants: TenantSeries,
+    devices: DeviceSeries,
+    ticks: TickSeries,
+    reloads: Family<ReloadLabels, Counter>,
+    cluster: ClusterSeries,
 }
 
 impl Metrics {
@@ -125,207 +517,27 @@ impl Metrics {
     /// are when a cluster's series are put together.
     pub fn new(host: &str) -> Metrics {
         let mut m = Metrics {
-            iops: Family::default(),
-            bytes: Family::default(),
-            cost: Family::default(),
-            latency: Family::default(),
-            floor: Family::default(),
-            floor_met: Family::default(),
-            cap_iops: Family::default(),
-            cap_bytes: Family::default(),
-            throttled: Family::default(),
-            available: Family::default(),
-            utilisation: Family::default(),
-            queue: Family::default(),
-            capacity: Family::default(),
-            device_latency: Family::default(),
-            floors_feasible: Family::default(),
-            contended: Family::default(),
-            floor_shortfall: Family::default(),
-            latency_threshold: Family::default(),
-            tenants: Family::default(),
-            decision: Histogram::new(exponential_buckets(1e-6, 4.0, 10)),
-            // 10 µs .. 2.6 s: a tick of 100 tenants takes about a millisecond.
-            tick_duration: Histogram::new(exponential_buckets(1e-5, 2.0, 19)),
-            tick_lateness: Histogram::new(exponential_buckets(1e-5, 2.0, 19)),
-            overruns: Counter::default(),
-            early_ticks: Counter::default(),
-            ticks: Counter::default(),
-            reloads: Family::default(),
-            cluster_allocator: Family::default(),
-            cluster_connected: Family::default(),
-            cluster_hosts: Family::default(),
-            cluster_quiet_hosts: Family::default(),
-            cluster_allocation_age: Family::default(),
-            cluster_leases_lost: Family::default(),
-            cluster_mode: Family::default(),
             registry: Registry::with_labels(std::iter::once((
                 std::borrow::Cow::Borrowed("host"),
                 std::borrow::Cow::Owned(host.to_string()),
             ))),
+            tenants: TenantSeries::default(),
+            devices: DeviceSeries::default(),
+            ticks: TickSeries::default(),
+            reloads: Family::default(),
+            cluster: ClusterSeries::default(),
         };
+        // Registration order is the order of the `/metrics` text.
         let r = &mut m.registry;
-        r.register(
-            "iofloor_tenant_iops",
-            "I/O operations per second over the last interval",
-            m.iops.clone(),
-        );
-        r.register(
-            "iofloor_tenant_bytes_per_second",
-            "Bytes per second over the last interval",
-            m.bytes.clone(),
-        );
-        r.register(
-            "iofloor_tenant_cost_ratio",
-            "Share of the device's capacity used (cost model)",
-            m.cost.clone(),
-        );
-        r.register(
-            "iofloor_tenant_latency_seconds",
-            "Mean completion latency, where the backend reports it",
-            m.latency.clone(),
-        );
-        r.register(
-            "iofloor_tenant_floor",
-            "The tenant's floor, in the unit of the `unit` label",
-            m.floor.clone(),
-        );
-        r.register(
-            "iofloor_tenant_floor_met",
-            "1 if the floor was met over the last interval (docs/config.md)",
-            m.floor_met.clone(),
-        );
-        r.register(
-            "iofloor_tenant_cap_iops",
-            "IOPS cap in force (absent when none)",
-            m.cap_iops.clone(),
-        );
-        r.register(
-            "iofloor_tenant_cap_bytes_per_second",
-            "Bandwidth cap in force (absent when none)",
-            m.cap_bytes.clone(),
-        );
-        r.register(
-            "iofloor_tenant_throttled_seconds",
-            "Seconds the tenant had a cap in force",
-            m.throttled.clone(),
-        );
-        r.register(
-            "iofloor_tenant_available",
-            "1 if the tenant's counters could be read this interval",
-            m.available.clone(),
-        );
-        r.register(
-            "iofloor_device_utilisation_ratio",
-            "Share of the interval the device had I/O in flight",
-            m.utilisation.clone(),
-        );
-        r.register(
-            "iofloor_device_queue_depth",
-            "Mean number of I/Os in flight",
-            m.queue.clone(),
-        );
-        r.register(
-            "iofloor_device_capacity_estimate_cost",
-            "Capacity the policy believes the device has, in cost units per second",
-            m.capacity.clone(),
-        );
-        r.register(
-            "iofloor_device_latency_seconds",
-            "Mean time an I/O spent at the device (diskstats, Little's law)",
-            m.device_latency.clone(),
-        );
-        r.register(
-            "iofloor_device_floors_feasible",
-            "1 if the active tenants' floors fit the learned capacity; 0 while every entitlement is scaled down",
-            m.floors_feasible.clone(),
-        );
-        r.register(
-            "iofloor_device_contended",
-            "1 if the policy judged the device contended over the last interval: the verdict each tenant's floor_met was judged with",
-            m.contended.clone(),
-        );
-        r.register(
-            "iofloor_device_floor_shortfall_cost",
-            "How much the active floors exceed what can be handed out, in cost units per second",
-            m.floor_shortfall.clone(),
-        );
-        r.register(
-            "iofloor_device_latency_threshold_seconds",
-            "Mean device latency above which the policy counts the device as overloaded: latency_target, raised to 1.25 x the device's service time when below it, or the automatic threshold",
-            m.latency_threshold.clone(),
-        );
-        r.register(
-            "iofloor_tenants",
-            "Tenants under control",
-            m.tenants.clone(),
-        );
-        r.register(
-            "iofloor_decision_duration_seconds",
-            "Time the policy took to decide",
-            m.decision.clone(),
-        );
-        r.register(
-            "iofloor_tick_duration_seconds",
-            "Time a whole control interval took: reading counters, deciding, writing caps, publishing",
-            m.tick_duration.clone(),
-        );
-        r.register(
-            "iofloor_tick_lateness_seconds",
-            "How late a control interval started after its scheduled time (API changes handled first, a busy machine)",
-            m.tick_lateness.clone(),
-        );
-        r.register(
-            "iofloor_interval_overruns",
-            "Intervals that started late because the last one ran long",
-            m.overruns.clone(),
-        );
-        r.register("iofloor_ticks", "Control intervals run", m.ticks.clone());
-        r.register(
-            "iofloor_early_ticks",
-            "Control intervals cut short because a look at a device between intervals saw an overload (`watch_interval`)",
-            m.early_ticks.clone(),
-        );
+        m.tenants.register(r);
+        m.devices.register(r);
+        m.ticks.register(r);
         r.register(
             "iofloor_config_reloads",
             "Config reloads, by result",
             m.reloads.clone(),
         );
-        r.register(
-            "iofloor_cluster_allocator",
-            "1 if this host is the cluster's allocator for the shared device",
-            m.cluster_allocator.clone(),
-        );
-        r.register(
-            "iofloor_cluster_connected",
-            "1 if etcd answered in the last interval",
-            m.cluster_connected.clone(),
-        );
-        r.register(
-            "iofloor_cluster_hosts",
-            "Hosts whose agents hold a claim in etcd",
-            m.cluster_hosts.clone(),
-        );
-        r.register(
-            "iofloor_cluster_quiet_hosts",
-            "On the allocator: hosts gone quiet with their caps in force, whose last load it counts",
-            m.cluster_quiet_hosts.clone(),
-        );
-        r.register(
-            "iofloor_cluster_allocation_age_seconds",
-            "Age of the allocation in force, by this host's clock",
-            m.cluster_allocation_age.clone(),
-        );
-        r.register(
-            "iofloor_cluster_leases_lost",
-            "Times this agent lost its lease and rejoined",
-            m.cluster_leases_lost.clone(),
-        );
-        r.register(
-            "iofloor_cluster_mode",
-            "1 for how the shared device's caps were chosen (allocated, starting, fallback)",
-            m.cluster_mode.clone(),
-        );
+        m.cluster.register(r);
         m
     }
 
@@ -346,208 +558,28 @@ impl Metrics {
         classic_from_openmetrics(&self.encode())
     }
 
-    fn labels(t: &TenantView) -> TenantLabels {
-        TenantLabels {
-            tenant: t.name.clone(),
-            device: t.device.clone(),
-            class: t.class.as_str().to_string(),
-        }
-    }
-
-    fn dir(l: &TenantLabels, direction: DirectionLabel) -> DirLabels {
-        DirLabels {
-            tenant: l.tenant.clone(),
-            device: l.device.clone(),
-            class: l.class.clone(),
-            direction,
-        }
-    }
-
-    /// Updates a tenant's series after an interval; `dt` is the interval's length.
+    /// Updates a tenant's series after an interval; `throttled_for` is how
+    /// long of it the tenant had a cap in force.
     pub fn tenant(&self, t: &TenantView, throttled_for: f64) {
-        let l = Self::labels(t);
-        let (r, w) = (
-            Self::dir(&l, DirectionLabel::read),
-            Self::dir(&l, DirectionLabel::write),
-        );
-        self.available
-            .get_or_create(&l)
-            .set(if t.available { 1.0 } else { 0.0 });
-        if let Some(u) = &t.usage {
-            self.iops.get_or_create(&r).set(u.read_iops);
-            self.iops.get_or_create(&w).set(u.write_iops);
-            self.bytes.get_or_create(&r).set(u.read_bytes_per_sec);
-            self.bytes.get_or_create(&w).set(u.write_bytes_per_sec);
-            self.cost.get_or_create(&l).set(u.cost);
-            match u.latency_us {
-                Some(us) => {
-                    self.latency.get_or_create(&l).set(us / 1e6);
-                }
-                None => {
-                    self.latency.remove(&l);
-                }
-            }
-        }
-        self.remove_floor(&l);
-        if let Some(f) = t.floor {
-            let fl = FloorLabels {
-                tenant: l.tenant.clone(),
-                device: l.device.clone(),
-                class: l.class.clone(),
-                unit: unit_label(f).into(),
-            };
-            self.floor.get_or_create(&fl).set(f.value());
-        }
-        match t.floor_met {
-            Some(met) => {
-                self.floor_met
-                    .get_or_create(&l)
-                    .set(if met { 1.0 } else { 0.0 });
-            }
-            None => {
-                self.floor_met.remove(&l);
-            }
-        }
-        for (labels, iops, bps) in [
-            (&r, t.caps.read_iops, t.caps.read_bps),
-            (&w, t.caps.write_iops, t.caps.write_bps),
-        ] {
-            match iops {
-                Some(v) => {
-                    self.cap_iops.get_or_create(labels).set(v);
-                }
-                None => {
-                    self.cap_iops.remove(labels);
-                }
-            }
-            match bps {
-                Some(v) => {
-                    self.cap_bytes.get_or_create(labels).set(v);
-                }
-                None => {
-                    self.cap_bytes.remove(labels);
-                }
-            }
-        }
-        self.throttled.get_or_create(&l).inc_by(throttled_for);
-    }
-
-    fn remove_floor(&self, l: &TenantLabels) {
-        for unit in ["iops", "bytes_per_second", "cost"] {
-            self.floor.remove(&FloorLabels {
-                tenant: l.tenant.clone(),
-                device: l.device.clone(),
-                class: l.class.clone(),
-                unit: unit.into(),
-            });
-        }
+        self.tenants.update(t, throttled_for);
     }
 
     /// Removes every series of a tenant that went away.
     pub fn forget_tenant(&self, t: &TenantView) {
-        let l = Self::labels(t);
-        for d in [DirectionLabel::read, DirectionLabel::write] {
-            let dl = Self::dir(&l, d);
-            self.iops.remove(&dl);
-            self.bytes.remove(&dl);
-            self.cap_iops.remove(&dl);
-            self.cap_bytes.remove(&dl);
-        }
-        self.cost.remove(&l);
-        self.latency.remove(&l);
-        self.floor_met.remove(&l);
-        self.throttled.remove(&l);
-        self.available.remove(&l);
-        self.remove_floor(&l);
+        self.tenants.forget(t);
     }
 
     pub fn device(&self, state: &crate::view::DeviceState, tenants: usize) {
-        let l = DeviceLabels {
-            device: state.device.clone(),
-        };
-        for (family, value) in [
-            (&self.utilisation, state.utilisation),
-            (&self.queue, state.avg_queue),
-            (&self.capacity, state.capacity_estimate),
-            (&self.device_latency, state.latency_us.map(|us| us / 1e6)),
-            (
-                &self.floors_feasible,
-                state.floors_feasible.map(|f| if f { 1.0 } else { 0.0 }),
-            ),
-            (&self.floor_shortfall, state.floor_shortfall),
-            (
-                &self.contended,
-                state.contended.map(|c| if c { 1.0 } else { 0.0 }),
-            ),
-            (
-                &self.latency_threshold,
-                state.latency_threshold_us.map(|us| us / 1e6),
-            ),
-        ] {
-            match value {
-                Some(v) => {
-                    family.get_or_create(&l).set(v);
-                }
-                None => {
-                    family.remove(&l);
-                }
-            }
-        }
-        self.tenants.get_or_create(&l).set(tenants as f64);
+        self.devices.update(state, tenants);
     }
 
     /// Cluster mode: this agent's place in the cluster.
     pub fn cluster(&self, c: &crate::view::ClusterView) {
-        let l = ClusterLabels {
-            cluster: c.cluster.clone(),
-            device: c.device.clone(),
-        };
-        let flag = |b: bool| if b { 1.0 } else { 0.0 };
-        self.cluster_allocator
-            .get_or_create(&l)
-            .set(flag(c.role == "allocator"));
-        self.cluster_connected
-            .get_or_create(&l)
-            .set(flag(c.connected));
-        self.cluster_hosts
-            .get_or_create(&l)
-            .set(c.hosts.len() as f64);
-        self.cluster_quiet_hosts
-            .get_or_create(&l)
-            .set(c.ghosts.len() as f64);
-        self.cluster_leases_lost
-            .get_or_create(&l)
-            .set(c.leases_lost as f64);
-        match c.allocation_age_s {
-            Some(age) => {
-                self.cluster_allocation_age.get_or_create(&l).set(age);
-            }
-            None => {
-                self.cluster_allocation_age.remove(&l);
-            }
-        }
-        for mode in ["allocated", "starting", "fallback"] {
-            self.cluster_mode
-                .get_or_create(&ClusterModeLabels {
-                    cluster: c.cluster.clone(),
-                    device: c.device.clone(),
-                    mode: mode.into(),
-                })
-                .set(flag(c.mode.as_deref() == Some(mode)));
-        }
+        self.cluster.update(c);
     }
 
     pub fn tick(&self, timing: &crate::service::TickTiming, overrun: bool) {
-        self.ticks.inc();
-        self.decision.observe(timing.decision.as_secs_f64());
-        self.tick_duration.observe(timing.duration.as_secs_f64());
-        self.tick_lateness.observe(timing.lateness.as_secs_f64());
-        if overrun {
-            self.overruns.inc();
-        }
-        if timing.early {
-            self.early_ticks.inc();
-        }
+        self.ticks.observe(timing, overrun);
     }
 
     pub fn reload(&self, ok: bool) {
