@@ -20,15 +20,20 @@ SOAK=3m
 
 suite_started=$SECONDS
 step_times=()
+current_step=""
 summary() {
   local status=$?
   echo
   echo "suite time by step:"
   printf '%s\n' "${step_times[@]}"
+  [[ -n $current_step ]] && echo "  (stopped during: $current_step)"
   local total=$((SECONDS - suite_started))
   echo "suite: $((total / 60)) min $((total % 60)) s$( ((status)) && echo ", FAILED (exit $status)")"
 }
 trap summary EXIT
+# Stopped by a signal: say so in the summary, with the usual exit codes.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # step NAME COMMAND...: runs COMMAND and notes how long it took.
 step() {
@@ -36,8 +41,10 @@ step() {
   shift
   local started=$SECONDS
   echo "== $name"
+  current_step=$name
   local status=0
   "$@" || status=$?
+  current_step=""
   step_times+=("$(printf '%6d s  %s' $((SECONDS - started)) "$name")")
   return "$status"
 }

@@ -18,9 +18,11 @@ Doc tests run last, through cargo. Exits 1 if anything failed.
 
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
+import threading
 import time
 
 SLOW_TEST_SECONDS = 20.0
@@ -29,10 +31,14 @@ SUMMARY = re.compile(r"^test result: (\w+)\. (\d+) passed; (\d+) failed; (\d+) i
 
 
 def build():
-    """Builds the test binaries; returns (name, executable, cwd) for each."""
+    """Builds the test binaries; returns (name, executable, cwd) for each,
+    or None when the build failed (cargo has said why)."""
     cmd = ["cargo", "test", "--workspace", "--locked", "--no-run",
            "--message-format=json-render-diagnostics"]
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True).stdout
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        return None
+    out = done.stdout
     binaries = []
     for line in out.splitlines():
         msg = json.loads(line)
@@ -49,17 +55,37 @@ def build():
     return binaries
 
 
+def stamped_lines(stream, lines):
+    """Puts each line of `stream` on `lines` with the time it arrived."""
+    for line in stream:
+        lines.put((time.monotonic(), line))
+
+
 def run(name, cmd, cwd, log_dir):
-    """Runs one binary, streaming its output to a log; returns its figures."""
+    """Runs one binary, its output to a log as it comes; returns its figures.
+    The output is read on a thread and the binary's exit ends the run: a
+    process a test left behind that still holds the pipe must not hang the
+    suite (cargo test moves on too)."""
     log_path = os.path.join(log_dir, re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".log")
     started = last = time.monotonic()
     tests, passed, failed, ignored = [], 0, 0, 0
+    lines = queue.Queue()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, errors="replace")
-        for line in proc.stdout:
+        reader = threading.Thread(target=stamped_lines, args=(proc.stdout, lines), daemon=True)
+        reader.start()
+        while True:
+            try:
+                now, line = lines.get(timeout=0.5)
+            except queue.Empty:
+                if proc.poll() is not None and (not reader.is_alive() or lines.empty()):
+                    reader.join(timeout=2)
+                    if lines.empty():
+                        break
+                continue
             log.write(line)
-            now = time.monotonic()
+            log.flush()
             m = RESULT.match(line)
             if m and m.group(2) != "ignored":
                 tests.append((now - last, m.group(1), m.group(2)))
@@ -70,6 +96,8 @@ def run(name, cmd, cwd, log_dir):
                 failed += int(m.group(3))
                 ignored += int(m.group(4))
         code = proc.wait()
+    if code != 0 and failed == 0:
+        failed = 1  # crashed or killed before its summary: counts as a failure
     return {
         "name": name, "seconds": time.monotonic() - started, "code": code,
         "passed": passed, "failed": failed, "ignored": ignored,
@@ -77,13 +105,26 @@ def run(name, cmd, cwd, log_dir):
     }
 
 
+def failure_report(log_path):
+    """The part of a failed binary's log that says why: libtest's failures
+    block, or the log's end when it has none (a crash)."""
+    with open(log_path) as f:
+        text = f.readlines()
+    starts = [i for i, line in enumerate(text) if line.startswith("failures:")]
+    return "".join(text[starts[0]:] if starts else text[-40:])
+
+
 def main():
     wanted = sys.argv[1:]
     suite_started = time.monotonic()
     t0 = time.monotonic()
     binaries = build()
+    if binaries is None:
+        print("the test binaries did not build (cargo's errors above)")
+        return 1
     build_seconds = time.monotonic() - t0
-    log_dir = os.path.abspath("target/test-logs")
+    target = os.environ.get("CARGO_TARGET_DIR", "target")
+    log_dir = os.path.abspath(os.path.join(target, "test-logs"))
     os.makedirs(log_dir, exist_ok=True)
     results = []
     for name, exe, cwd in binaries:
@@ -93,8 +134,7 @@ def main():
         status = "ok" if r["code"] == 0 else f"FAILED (exit {r['code']})"
         print(f"{r['seconds']:8.1f} s  {name:<36} {r['passed']:4} passed  {status}", flush=True)
         if r["code"] != 0:
-            with open(r["log"]) as f:
-                sys.stdout.write("".join(f.readlines()[-40:]))
+            sys.stdout.write(failure_report(r["log"]))
         results.append(r)
     if not wanted:
         r = run("doc tests", ["cargo", "test", "--workspace", "--locked", "--doc", "-q"],

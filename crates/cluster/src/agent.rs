@@ -317,22 +317,20 @@ impl Policy for AgentPolicy {
         self.rule.received.as_ref().map(|(a, _)| a.capacity)
     }
 
-    /// The allocator's verdict while its allocation is fresh (it sees every
-    /// host's load); otherwise this host's load at the model's price against
-    /// the capacity last allocated.
+    /// Contended when the allocator judged the shared device so in the
+    /// allocation in force while it is fresh (it sees every host's load, but
+    /// of the interval its last reports covered: one interval behind this
+    /// host's figures), or when this host's own load at the model's price
+    /// is past the border of the capacity last allocated (seen at once, and
+    /// all there is once the allocation went stale).
     fn verdicts(&self, snapshot: &Snapshot) -> Verdicts {
         let allocation = self.rule.current(snapshot.now);
-        let contended = match allocation {
-            Some((a, age)) if age <= self.rule.stale_after && a.contended.is_some() => {
-                a.contended == Some(true)
-            }
-            _ => judge::contended_at_model(
-                snapshot,
-                &self.rule.cost,
-                allocation.map_or(1.0, |(a, _)| a.capacity),
-            ),
-        };
-        Verdicts::judge(snapshot, contended, &self.rule.cost)
+        let capacity = allocation.map_or(1.0, |(a, _)| a.capacity);
+        let by_allocator = allocation
+            .is_some_and(|(a, age)| age <= self.rule.stale_after && a.contended == Some(true));
+        let here =
+            judge::contended_at_model(snapshot, &self.rule.cost, capacity, judge::DEFAULT_BORDER);
+        Verdicts::judge(snapshot, by_allocator || here, &self.rule.cost)
     }
 }
 
@@ -414,6 +412,48 @@ mod tests {
         assert!((db - 1400.0).abs() < 1.0, "{db}");
         let new = caps[1].read_iops.unwrap();
         assert!((new - 400.0).abs() < 1.0, "{new}");
+    }
+
+    /// A host shows its floors judged by the allocator's verdict while the
+    /// allocation is fresh, and by its own load either way.
+    #[test]
+    fn floors_are_judged_by_the_allocators_verdict_and_this_hosts_load() {
+        let mailbox = Arc::new(Mutex::new(Mailbox::default()));
+        let rule = AgentRule::new(cost(), Duration::from_secs(3));
+        let mut policy = AgentPolicy::new("h1", "shared", rule, mailbox);
+        let quiet = [sample("db", Some(1000.0), 800.0)];
+        let verdict = |policy: &AgentPolicy, now: u64, tenants: &[TenantSample]| {
+            let v = policy.verdicts(&snapshot(now, tenants));
+            (v.contended, v.tenants[0].floor_met)
+        };
+        assert_eq!(
+            verdict(&policy, 1, &quiet),
+            (false, Some(true)),
+            "no allocation, 0.2 of the device: asked for less"
+        );
+        let mut contended = allocation(1, 1, 1500.0);
+        contended.contended = Some(true);
+        policy.rule.receive(contended, Duration::from_secs(10));
+        assert_eq!(verdict(&policy, 11, &quiet), (true, Some(false)));
+        assert_eq!(
+            verdict(&policy, 20, &quiet),
+            (false, Some(true)),
+            "a stale allocation's verdict is not shown"
+        );
+        let busy = [sample("db", Some(1000.0), 800.0), sample("x", None, 2800.0)];
+        assert_eq!(
+            verdict(&policy, 20, &busy),
+            (true, Some(false)),
+            "this host alone is past the border of the capacity last allocated"
+        );
+        let mut nonsense = allocation(1, 2, 1500.0);
+        nonsense.capacity = 0.0;
+        policy.rule.receive(nonsense, Duration::from_secs(30));
+        assert_eq!(
+            verdict(&policy, 30, &quiet),
+            (false, Some(true)),
+            "a capacity of 0 is read as the model's"
+        );
     }
 
     /// Counters that grow by 800 reads per call, and the caps written, by

@@ -421,6 +421,12 @@ impl Controller {
         };
         let decision_time = started.elapsed();
         let verdicts = self.policy.verdicts(&snapshot);
+        debug_assert_eq!(
+            verdicts.tenants.len(),
+            samples.len(),
+            "{}: one verdict per tenant",
+            self.policy.name()
+        );
         let applied = self.apply(&caps, backend, &mut errors);
         TickReport {
             now,

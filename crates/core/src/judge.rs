@@ -114,23 +114,30 @@ pub fn used_in_unit_of(usage: &Usage, rate: Rate, cost: &CostModel) -> f64 {
 
 /// Contention as a policy without a capacity loop judges it: the tenants'
 /// load (and the load beside them it was told of) at the model's price, as
-/// a share of the capacity, at or past [`DEFAULT_BORDER`].
-pub fn contended_at_model(snapshot: &Snapshot, cost: &CostModel, capacity: f64) -> bool {
+/// a share of `capacity` (1.0 where it is not a positive number), at or
+/// past `border`. Such a policy knows no queue knee, so the queue is not
+/// asked.
+pub fn contended_at_model(
+    snapshot: &Snapshot,
+    cost: &CostModel,
+    capacity: f64,
+    border: f64,
+) -> bool {
     let load: f64 = snapshot
         .tenants
         .iter()
         .filter_map(|t| t.usage.as_ref())
         .map(|u| cost.cost_rate(u))
         .sum();
-    let foreign = if snapshot.foreign_load.is_finite() {
-        snapshot.foreign_load.max(0.0)
+    let capacity = if capacity.is_finite() && capacity > 0.0 {
+        capacity
     } else {
-        0.0
+        1.0
     };
     contended(
-        (load + foreign) / capacity,
-        DEFAULT_BORDER,
-        snapshot.device.map(|d| d.avg_queue),
+        (load + snapshot.foreign_load()) / capacity,
+        border,
+        None,
         None,
     )
 }
@@ -155,6 +162,66 @@ mod tests {
             "asked for less on an idle device"
         );
         assert!(!floor_met_without_demand(10.0, 100.0, true));
+    }
+
+    #[test]
+    fn a_policy_without_a_capacity_loop_judges_its_load_at_the_model() {
+        use crate::model::{TenantSample, TenantSpec};
+        use crate::synthetic::{iops_only_model, random_reads_4k};
+        use std::sync::Arc;
+        let cost = iops_only_model(4000.0);
+        let tenant = |iops: f64, floor: Option<f64>| {
+            let mut spec = TenantSpec::new("t", Default::default());
+            spec.floor = floor.map(Rate::Iops);
+            TenantSample {
+                spec: Arc::new(spec),
+                usage: Some(random_reads_4k(iops)),
+                caps: crate::model::Caps::NONE,
+            }
+        };
+        let tenants = [tenant(1800.0, Some(1000.0)), tenant(1800.0, None)];
+        let snapshot = |foreign_load: f64| Snapshot {
+            now: Default::default(),
+            interval: std::time::Duration::from_secs(1),
+            device: None,
+            tenants: &tenants,
+            foreign_load,
+        };
+        // 3,600 of 4,000 IOPS: 0.9 of the device.
+        assert!(contended_at_model(
+            &snapshot(0.0),
+            &cost,
+            1.0,
+            DEFAULT_BORDER
+        ));
+        assert!(!contended_at_model(&snapshot(0.0), &cost, 1.0, 0.95));
+        assert!(
+            !contended_at_model(&snapshot(0.0), &cost, 2.0, DEFAULT_BORDER),
+            "half of a capacity twice the model's"
+        );
+        assert!(
+            contended_at_model(&snapshot(0.0), &cost, 0.5, DEFAULT_BORDER),
+            "a learned capacity of half the model's"
+        );
+        for nonsense in [0.0, -1.0, f64::NAN] {
+            assert!(
+                contended_at_model(&snapshot(0.0), &cost, nonsense, DEFAULT_BORDER),
+                "capacity {nonsense} is read as the model's"
+            );
+        }
+        assert!(
+            contended_at_model(&snapshot(0.2), &cost, 1.0, 0.95),
+            "load beside ours counts"
+        );
+        let v = Verdicts::judge(&snapshot(0.0), true, &cost);
+        assert_eq!(v.tenants.len(), 2);
+        assert_eq!(v.tenants[0].entitled, Some(1000.0));
+        assert_eq!(v.tenants[0].floor_met, Some(true), "1,800 of a 1,000 floor");
+        assert_eq!(
+            v.tenants[1],
+            TenantVerdict::default(),
+            "no floor, no verdict"
+        );
     }
 
     #[test]

@@ -331,3 +331,15 @@ pub struct Snapshot<'a> {
     /// single host (load nobody reports is learned from the device alone).
     pub foreign_load: f64,
 }
+
+impl Snapshot<'_> {
+    /// [`Snapshot::foreign_load`] as a load: a negative or non-finite
+    /// figure (a report gone wrong) counts as none.
+    pub fn foreign_load(&self) -> f64 {
+        if self.foreign_load.is_finite() {
+            self.foreign_load.max(0.0)
+        } else {
+            0.0
+        }
+    }
+}

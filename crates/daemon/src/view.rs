@@ -36,15 +36,6 @@ impl UsageView {
             latency_us: u.latency_us,
         }
     }
-
-    /// The figure a floor of this unit is measured against.
-    pub fn in_unit_of(&self, rate: Rate) -> f64 {
-        match rate {
-            Rate::Iops(_) => self.iops,
-            Rate::BytesPerSec(_) => self.bytes_per_sec,
-            Rate::Cost(_) => self.cost,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

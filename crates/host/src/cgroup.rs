@@ -387,16 +387,19 @@ pub fn parse_v2_stat(text: &str, dev: DevId, origin: &Path) -> Result<Counters> 
         return Ok(c);
     };
     for (k, v) in fields {
-        let n: u64 = v.parse().map_err(|_| {
+        // Only the counters read are parsed: controllers add keys of their
+        // own to the line, not all of them whole numbers (io.cost writes
+        // `cost.vrate=100.00` on the root's).
+        let counter = match k {
+            "rbytes" => &mut c.read_bytes,
+            "wbytes" => &mut c.write_bytes,
+            "rios" => &mut c.read_ios,
+            "wios" => &mut c.write_ios,
+            _ => continue,
+        };
+        *counter = v.parse().map_err(|_| {
             HostError::malformed(origin, Some(line), format!("`{k}={v}` is not a counter"))
         })?;
-        match k {
-            "rbytes" => c.read_bytes = n,
-            "wbytes" => c.write_bytes = n,
-            "rios" => c.read_ios = n,
-            "wios" => c.write_ios = n,
-            _ => {}
-        }
     }
     Ok(c)
 }
@@ -628,6 +631,23 @@ mod tests {
         fs::remove_file(&io_max).unwrap();
         adjust(1031.0).unwrap();
         assert_eq!(v2.caps(Path::new("t")).unwrap(), iops(1031.0));
+    }
+
+    #[test]
+    fn v2_stat_reads_its_counters_beside_other_controllers_keys() {
+        // The root's line on a kernel with io.cost enabled (its keys and
+        // their formats from block/blk-iocost.c).
+        let line = "7:0 rbytes=4096 wbytes=8192 rios=1 wios=2 dbytes=0 dios=0 \
+                    cost.vrate=100.00 cost.usage=1234 cost.wait=0 cost.indebt=0 cost.indelay=0\n";
+        let c = parse_v2_stat(line, DEV, Path::new("io.stat")).unwrap();
+        assert_eq!(
+            (c.read_bytes, c.write_bytes, c.read_ios, c.write_ios),
+            (4096, 8192, 1, 2)
+        );
+        let e = parse_v2_stat("7:0 rbytes=1.5 rios=1\n", DEV, Path::new("io.stat"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("io.stat:1") && e.contains("rbytes=1.5"), "{e}");
     }
 
     #[test]

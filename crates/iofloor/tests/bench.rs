@@ -202,8 +202,13 @@ fn keeps_floors_and_the_contract(v: &Value, out: &Path) {
     assert_eq!(&serde_json::from_slice::<Value>(&again.stdout).unwrap(), v);
 }
 
-/// The simulator on the calibrated `model` predicts the real run `real`:
-/// throughput within 10 %, floor-miss under `floor` within 2 points.
+/// The simulator, given the rig's calibrated `model` as its device,
+/// reproduces the real run `real`: aggregate throughput of both policies
+/// within 10 %, and `floor`'s floor-miss rate within 2 points. `none`'s
+/// floor-miss is printed, not asserted: on a saturated FIFO the quiet
+/// tenants sit on a knife edge (they need their latency just under 33 ms),
+/// and the real figure alone varies 7–13 % between runs while the
+/// simulator's is one number.
 fn matches_the_simulator(real: &Value, model: &Path) {
     let sim = Command::new(bin())
         .args([
@@ -585,12 +590,6 @@ fn fio_dying_mid_run_fails_the_bench_cleanly() {
     assert_nothing_left(&rig);
 }
 
-/// The simulator, given the rig's calibrated model as its device, reproduces
-/// the real run: aggregate throughput of both policies within 10 %, and
-/// `floor`'s floor-miss rate within 2 points. `none`'s floor-miss is printed,
-/// not asserted: on a saturated FIFO the quiet tenants sit on a knife edge
-/// (they need their latency just under 33 ms), and the real figure alone
-/// varies 7–13 % between runs while the simulator's is one number.
 /// Seed 000 Fig. 6 on a real device: a container in a cgroup and a VM behind
 /// qemu-storage-daemon (QEMU's block layer, throttled over QMP) sweep the
 /// queue depth together. Under `floor` the container keeps most of its alone

@@ -1,5 +1,5 @@
 //! The soak with crashes (issue 13), run by `scripts/soak.sh [DURATION]`
-//! (one hour by default, three minutes in scripts/test.sh): `iofloor run` over the rig
+//! (one hour by default, `SOAK` in scripts/test.sh): `iofloor run` over the rig
 //! while up to 50 cgroup tenants are created and removed, their fio load
 //! changes, a QEMU guest comes and goes, the config is reloaded, floors are
 //! changed over the API, and the daemon is killed with SIGKILL at random
@@ -706,7 +706,7 @@ fn soak_with_crashes() {
 
     // The last daemon's memory and descriptors after its first minutes.
     // The issue's rule: growth after the first 5 minutes; a shorter-lived
-    // last daemon (the suite's 3-minute soak) is judged after its first third.
+    // last daemon (the suite's short soak) is judged after its first third.
     let lived = samples.last().map(|s| s.at).unwrap_or(0.0);
     let warmup = if lived >= 600.0 { 300.0 } else { lived / 3.0 };
     let late: Vec<&MemorySample> = samples.iter().filter(|s| s.at >= warmup).collect();

@@ -127,7 +127,9 @@ fn schema_before_versioning() -> u32 {
 pub struct Environment {
     /// iofloor's version (Cargo package version of the writer).
     pub iofloor_version: String,
+    /// The platform the run was on (`Platform::kind` of iofloor-scenario):
     /// "simulator" or "device" (with the device in `RunRecord::source`).
+    /// Named before platforms were; kept so records read across versions.
     pub testbed: String,
     /// Wall-clock start and end of the whole invocation, seconds since the Unix epoch.
     pub started_unix_s: f64,

@@ -718,11 +718,7 @@ impl FloorPolicy {
         // it, and a probe past the device's level is bounded by the model
         // (simulated `noisy-20-cluster`: without it the new allocator learned
         // 0.72 of the device and probed past that level, overshooting).
-        let foreign = if snapshot.foreign_load.is_finite() {
-            snapshot.foreign_load.max(0.0)
-        } else {
-            0.0
-        };
+        let foreign = snapshot.foreign_load();
         let (device, served) = match (early_seen, snapshot.device) {
             (Some(&seen), Some(dev)) if dev.iops > 0.0 && seen.iops.is_finite() => (
                 Some(seen),

@@ -255,14 +255,14 @@ impl Policy for NonePolicy {
     }
 
     fn verdicts(&self, snapshot: &Snapshot) -> Verdicts {
-        verdicts_at_model(&self.ctx, snapshot)
+        verdicts_at_model(&self.ctx, snapshot, judge::DEFAULT_BORDER)
     }
 }
 
-/// The verdicts of a policy that judges contention by its model alone
-/// ([`judge::contended_at_model`]).
-pub(crate) fn verdicts_at_model(ctx: &PolicyContext, snapshot: &Snapshot) -> Verdicts {
-    let contended = judge::contended_at_model(snapshot, &ctx.cost, ctx.capacity);
+/// The verdicts of a policy that judges contention by its model alone, at
+/// `border` ([`judge::contended_at_model`]).
+pub(crate) fn verdicts_at_model(ctx: &PolicyContext, snapshot: &Snapshot, border: f64) -> Verdicts {
+    let contended = judge::contended_at_model(snapshot, &ctx.cost, ctx.capacity, border);
     Verdicts::judge(snapshot, contended, &ctx.cost)
 }
 

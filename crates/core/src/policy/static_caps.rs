@@ -30,7 +30,7 @@ impl Policy for StaticPolicy {
     }
 
     fn verdicts(&self, snapshot: &Snapshot) -> crate::judge::Verdicts {
-        super::verdicts_at_model(&self.ctx, snapshot)
+        super::verdicts_at_model(&self.ctx, snapshot, crate::judge::DEFAULT_BORDER)
     }
 
     fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {

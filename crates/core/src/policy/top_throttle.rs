@@ -38,7 +38,7 @@ pub struct TopThrottleParams {
 impl Default for TopThrottleParams {
     fn default() -> Self {
         TopThrottleParams {
-            border: 0.9,
+            border: crate::judge::DEFAULT_BORDER,
             rate: 0.5,
             cap_time_s: 60.0,
             cap_interval_s: 5.0,
@@ -134,8 +134,9 @@ impl Policy for TopThrottlePolicy {
         "top-throttle"
     }
 
+    /// Contended by the border it throttles at.
     fn verdicts(&self, snapshot: &Snapshot) -> crate::judge::Verdicts {
-        super::verdicts_at_model(&self.ctx, snapshot)
+        super::verdicts_at_model(&self.ctx, snapshot, self.params.border)
     }
 
     fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {

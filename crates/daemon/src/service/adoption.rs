@@ -1,5 +1,6 @@
-//! Finding tenants, adopting them (their limits recorded on disk before
-//! anything is written to them) and releasing them (those limits put back).
+//! Reconciling what the finder found with the roster: adopting new tenants
+//! (their limits recorded on disk before anything is written to them) and
+//! releasing gone ones (those limits put back).
 
 use super::finder::Finding;
 use super::{Patch, Service, Tenant, LIBVIRT_TIMEOUT, QMP_TIMEOUT};
@@ -289,8 +290,9 @@ impl Service {
         let original = match self.reach(device, &found, &spec, kept) {
             Ok(original) => original,
             Err(e) => {
-                // Gone between discovery and now, or its limits unreadable:
-                // never written to; found again next interval.
+                // Gone between discovery and now, its limits unreadable, or
+                // its VM's monitor or libvirt not answering: never written
+                // to; tried again with the finder's backoff.
                 let message = format!("cannot adopt: {e}");
                 self.finder
                     .failed(&found.name, &message, self.clock.ticks());

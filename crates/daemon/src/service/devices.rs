@@ -276,10 +276,13 @@ impl DeviceLoop {
             self.controller.forget_caps(name);
         }
         let mut errors: HashMap<String, String> = report.errors.into_iter().collect();
-        let judged = report.samples.iter().zip(&report.applied);
-        let tenants = judged
-            .zip(&report.verdicts.tenants)
-            .map(|((sample, caps), verdict)| TenantOutcome {
+        let verdicts = &report.verdicts.tenants;
+        let tenants = report
+            .samples
+            .iter()
+            .zip(&report.applied)
+            .enumerate()
+            .map(|(i, (sample, caps))| TenantOutcome {
                 name: sample.spec.name.clone(),
                 caps: *caps,
                 usage: sample.usage,
@@ -287,7 +290,8 @@ impl DeviceLoop {
                     .usage
                     .as_ref()
                     .map(|u| UsageView::new(u, self.cost.cost_rate(u))),
-                floor_met: verdict.floor_met,
+                // A policy that gave no verdict for it judged nothing.
+                floor_met: verdicts.get(i).and_then(|v| v.floor_met),
                 error: errors.remove(&sample.spec.name),
             })
             .collect();

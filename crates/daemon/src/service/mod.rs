@@ -9,16 +9,18 @@
 //! unavailable for the interval and is logged once (again only when the
 //! message changes, and once more when it recovers); the others carry on.
 //!
-//! The service composes owned parts, each a type in its own file that keeps
-//! its fields to itself: the `roster` (tenants, the API's overrides, the
-//! cluster's floors, the spec a tenant is controlled by), the `finder`
-//! (what the config matches now, what failed to be adopted and when to try
-//! again, libvirt's connection for discovery), one `DeviceLoop` per device
-//! (`devices`: its controller and backends; an interval returns what it did
-//! to each tenant) and the `TickClock` (`timing`). What joins them is the
-//! service's: `adoption` (adopting and releasing tenants, and the limits
-//! they had before), `publish` (view, metrics, sample stream, admission),
-//! `patch` (changes from the API) and `reload` (SIGHUP and the API's reload).
+//! The service composes owned parts, each a type in its own file: the
+//! `roster` (tenants, the API's overrides, the cluster's floors, the spec a
+//! tenant is controlled by), the `finder` (what the config matches now,
+//! what failed to be adopted and when to try again, libvirt's connection
+//! for discovery), one `DeviceLoop` per device (`devices`: its controller
+//! and backends; an interval returns what it did to each tenant) and the
+//! `TickClock` (`timing`). What joins them is the service's: `adoption`
+//! (adopting and releasing tenants, and the limits they had before),
+//! `publish` (view, metrics, sample stream, admission), `patch` (changes
+//! from the API) and `reload` (SIGHUP and the API's reload). Adoption and
+//! publishing still reach into a device loop's backends and state, and a
+//! tenant's record is plain data: the next step is methods for those.
 //!
 mod adoption;
 mod devices;

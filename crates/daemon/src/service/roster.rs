@@ -3,7 +3,8 @@
 //! floors set for the whole cluster in etcd; and from these, the spec a
 //! tenant is controlled by. Adoption adds and removes tenants, a device's
 //! loop hands each its interval's outcome, the API's patches and reloads
-//! change their promises; all of it through this type's methods.
+//! change their promises. The maps are this type's own; a tenant's record
+//! (`Tenant`) is plain data the service's steps read and fill.
 
 use super::adoption;
 use super::patch::Patch;

@@ -179,10 +179,10 @@ fn bench_cluster(
     let stop = stop_flag()?;
     let agent = std::env::current_exe().context("the path of this iofloor binary")?;
     let bed_state_dir = absolute("--bed-state-dir", &args.bed_state_dir)?;
-    let testbed =
+    let platform =
         iofloor_bench::cluster::ClusterPlatform::new(sc, opts, &bed_state_dir, &agent, &stop)
             .map_err(bench_error)?;
-    let hosts: Vec<String> = testbed
+    let hosts: Vec<String> = platform
         .devices()
         .map(|(host, device)| format!("{host} on {}", device.display()))
         .collect();
@@ -193,7 +193,7 @@ fn bench_cluster(
         sc.name,
         iofloor_bench::planned_time(sc, opts).as_secs_f64()
     );
-    let runs = iofloor_bench::run_cluster(sc, &testbed, &|f, what| {
+    let runs = iofloor_bench::run_cluster(sc, &platform, &|f, what| {
         bar.set_message(what.to_string());
         bar.set_position((f * 1000.0) as u64)
     });
