@@ -365,37 +365,11 @@ impl Controller {
         let dt = self.last_time.map(|t| now.saturating_sub(t));
         self.last_time = Some(now);
         self.roster_changed = false;
-        let mut errors = Vec::new();
-        let mut counter_resets = Vec::new();
-        let mut samples = Vec::with_capacity(self.tenants.len());
-        for t in &mut self.tenants {
-            let usage = match backend.read_counters(&t.spec) {
-                Ok(cur) => {
-                    let usage = match (t.last, dt) {
-                        (Some(prev), Some(dt)) => {
-                            let usage = usage_between(&prev, &cur, dt);
-                            if usage.is_none() && !dt.is_zero() {
-                                counter_resets.push(t.spec.name.clone());
-                            }
-                            usage
-                        }
-                        _ => None,
-                    };
-                    t.last = Some(cur);
-                    usage
-                }
-                Err(e) => {
-                    errors.push((t.spec.name.clone(), e.to_string()));
-                    t.last = None;
-                    None
-                }
-            };
-            samples.push(TenantSample {
-                spec: t.spec.clone(),
-                usage,
-                caps: t.caps,
-            });
-        }
+        let Read {
+            samples,
+            mut errors,
+            counter_resets,
+        } = self.read_tenants(backend, dt);
         let device_now = backend.read_device();
         self.last_look = device_now.map(|d| (now, d));
         self.early_seen = None;
@@ -440,6 +414,54 @@ impl Controller {
             counter_resets,
         }
     }
+
+    /// Each tenant's usage since the last tick (none for its first, or
+    /// when its counters went backwards), with the caps in force.
+    fn read_tenants<B: Backend>(&mut self, backend: &mut B, dt: Option<Duration>) -> Read {
+        let mut read = Read {
+            samples: Vec::with_capacity(self.tenants.len()),
+            errors: Vec::new(),
+            counter_resets: Vec::new(),
+        };
+        for t in &mut self.tenants {
+            let usage = match backend.read_counters(&t.spec) {
+                Ok(cur) => {
+                    let usage = match (t.last, dt) {
+                        (Some(prev), Some(dt)) => {
+                            let usage = usage_between(&prev, &cur, dt);
+                            if usage.is_none() && !dt.is_zero() {
+                                read.counter_resets.push(t.spec.name.clone());
+                            }
+                            usage
+                        }
+                        _ => None,
+                    };
+                    t.last = Some(cur);
+                    usage
+                }
+                Err(e) => {
+                    read.errors.push((t.spec.name.clone(), e.to_string()));
+                    t.last = None;
+                    None
+                }
+            };
+            read.samples.push(TenantSample {
+                spec: t.spec.clone(),
+                usage,
+                caps: t.caps,
+            });
+        }
+        read
+    }
+}
+
+/// What reading the tenants' counters gave ([`Controller::read_tenants`]).
+struct Read {
+    samples: Vec<TenantSample>,
+    /// Tenants whose read failed, with the message.
+    errors: Vec<(String, String)>,
+    /// Tenants whose counters went backwards.
+    counter_resets: Vec<String>,
 }
 
 #[cfg(test)]

@@ -57,38 +57,10 @@ impl Policy for StaticPolicy {
         // In groups: a member's share of its group's floor (its own floor
         // first, the rest by weight), as an operator would split it by hand.
         let tree = crate::hierarchy::Tree::build(snapshot.tenants);
-        let shares: Vec<Option<f64>> = if tree.is_flat() {
+        let shares = if tree.is_flat() {
             shares
         } else {
-            let groups = super::price_groups(&tree, &mixes, &self.ctx.cost);
-            let n = snapshot.tenants.len();
-            let mut own: Vec<f64> = snapshot
-                .tenants
-                .iter()
-                .zip(&shares)
-                .map(|(t, s)| {
-                    if t.spec.floor.is_some() {
-                        s.unwrap_or(0.0)
-                    } else {
-                        0.0
-                    }
-                })
-                .collect();
-            own.extend(&groups.floor);
-            let mut weight: Vec<f64> = snapshot.tenants.iter().map(|t| t.spec.weight).collect();
-            weight.extend(&groups.weight);
-            let mut ceiling = vec![f64::INFINITY; n];
-            ceiling.extend(&groups.ceiling);
-            let every = vec![f64::INFINITY; n];
-            let split = tree.effective_floors(&own, &ceiling, &weight, &every);
-            shares
-                .iter()
-                .enumerate()
-                .map(|(i, s)| match tree.parent(i) {
-                    Some(_) if split[i] > 0.0 => Some(split[i]),
-                    _ => *s,
-                })
-                .collect()
+            self.split_group_floors(snapshot, &tree, &mixes, &shares)
         };
         let total: f64 = shares.iter().flatten().sum();
         let scale = if total > 0.0 {
@@ -112,6 +84,49 @@ impl Policy for StaticPolicy {
                     }
                     _ => Caps::NONE,
                 }
+            })
+            .collect()
+    }
+}
+
+impl StaticPolicy {
+    /// Each member's share of its group's floor (its own floor first, the
+    /// rest by weight), where the group has one left for it; `shares`
+    /// elsewhere.
+    fn split_group_floors(
+        &self,
+        snapshot: &Snapshot,
+        tree: &crate::hierarchy::Tree,
+        mixes: &[Option<crate::model::Usage>],
+        shares: &[Option<f64>],
+    ) -> Vec<Option<f64>> {
+        let groups = super::price_groups(tree, mixes, &self.ctx.cost);
+        let n = snapshot.tenants.len();
+        let mut own: Vec<f64> = snapshot
+            .tenants
+            .iter()
+            .zip(shares)
+            .map(|(t, s)| {
+                if t.spec.floor.is_some() {
+                    s.unwrap_or(0.0)
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        own.extend(&groups.floor);
+        let mut weight: Vec<f64> = snapshot.tenants.iter().map(|t| t.spec.weight).collect();
+        weight.extend(&groups.weight);
+        let mut ceiling = vec![f64::INFINITY; n];
+        ceiling.extend(&groups.ceiling);
+        let every = vec![f64::INFINITY; n];
+        let split = tree.effective_floors(&own, &ceiling, &weight, &every);
+        shares
+            .iter()
+            .enumerate()
+            .map(|(i, s)| match tree.parent(i) {
+                Some(_) if split[i] > 0.0 => Some(split[i]),
+                _ => *s,
             })
             .collect()
     }
