@@ -54,10 +54,11 @@
 
 use super::{Feasibility, MixMemory, Policy, PolicyContext};
 use crate::capacity::{CapacityLoop, CapacitySettings, Observation, Verdict};
+use crate::cost::CostModel;
 use crate::error::ValidationError;
 use crate::hierarchy::{Claims, Tree};
 use crate::judge::Verdicts;
-use crate::model::{Caps, DeviceSample, Snapshot, TenantClass, Usage};
+use crate::model::{Caps, DeviceSample, Snapshot, TenantClass, TenantSample, Usage};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -808,22 +809,9 @@ impl FloorPolicy {
                     .unwrap_or(f64::INFINITY);
                 let u = priced.usage[i];
                 // Only I/O presses: an idle tenant under any cap is not held.
-                // The cap that held it is the lower of ours and the one in
-                // force: in a cluster, a host whose allocation went stale
-                // holds its tenants by its fallback rule, below what the
-                // allocator decided, and a new allocator has no caps of its
-                // own yet. Judged by ours only, a noisy tenant held there
-                // looked satisfied and was let go (simulated
-                // `noisy-20-cluster`, 19 seeds: protected p99 2.9× alone
-                // on average, against 1.2×).
-                let in_force = t
-                    .usage
-                    .and_then(|used| cost.cost_allowed_by(&t.caps, &used));
-                let held_at = match (priced.prev[i].cap, in_force) {
-                    (Some(ours), Some(theirs)) => Some(ours.min(theirs)),
-                    (ours, theirs) => ours.or(theirs),
-                };
-                let pressing = u > 0.0 && held_at.is_some_and(|cap| u >= p.pressing * cap);
+                let pressing = u > 0.0
+                    && held_at(priced.prev[i].cap, t, cost)
+                        .is_some_and(|cap| u >= p.pressing * cap);
                 let latency = t.usage.and_then(|u| u.latency_us);
                 let starved = u > 0.0
                     && u < floor
@@ -1127,6 +1115,22 @@ impl FloorPolicy {
     }
 }
 
+/// The cap that held a tenant over the interval, in cost: the lower of ours
+/// (`ours`) and the one in force. In a cluster, a host whose allocation went
+/// stale holds its tenants by its fallback rule, below what the allocator
+/// decided, and a new allocator has no caps of its own yet. Judged by ours
+/// only, a noisy tenant held there looked satisfied and was let go
+/// (simulated `noisy-20-cluster`, 19 seeds: protected p99 2.9× alone on
+/// average, against 1.2×).
+fn held_at(ours: Option<f64>, t: &TenantSample, cost: &CostModel) -> Option<f64> {
+    let in_force = t
+        .usage
+        .and_then(|used| cost.cost_allowed_by(&t.caps, &used));
+    match (ours, in_force) {
+        (Some(ours), Some(theirs)) => Some(ours.min(theirs)),
+        (ours, theirs) => ours.or(theirs),
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
