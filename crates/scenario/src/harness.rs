@@ -272,6 +272,23 @@ fn environment<T: Platform>(platform: &T, scenario: &Scenario, started: SystemTi
     }
 }
 
+/// `windows` with each tenant's demand, where the platform did not know it,
+/// taken from what it got alone in the same window (`alone_windows(i)`:
+/// tenant `i`'s alone run, empty where it did not cover the scenario).
+fn with_demand<'a>(
+    mut windows: Vec<Window>,
+    alone_windows: impl Fn(usize) -> &'a [Window],
+) -> Vec<Window> {
+    for (k, w) in windows.iter_mut().enumerate() {
+        for (i, tw) in w.tenants.iter_mut().enumerate() {
+            if tw.demand.is_none() {
+                tw.demand = alone_windows(i).get(k).map(|aw| aw.tenants[0].got);
+            }
+        }
+    }
+    windows
+}
+
 /// One policy's record: its run plus, per tenant, the alone p99 and — where
 /// the alone run covered the whole scenario — what it got alone in each
 /// window, which is its demand wherever the platform did not know it.
@@ -328,14 +345,7 @@ fn assemble<T: Platform>(
             parent: group_index(g.parent.as_deref()),
         })
         .collect();
-    let mut windows = run.windows;
-    for (k, w) in windows.iter_mut().enumerate() {
-        for (i, tw) in w.tenants.iter_mut().enumerate() {
-            if tw.demand.is_none() {
-                tw.demand = alone_windows(i).get(k).map(|aw| aw.tenants[0].got);
-            }
-        }
-    }
+    let windows = with_demand(run.windows, alone_windows);
     RunRecord {
         schema_version: iofloor_report::record::SCHEMA_VERSION,
         environment: Some(env.clone()),
