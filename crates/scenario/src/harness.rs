@@ -218,21 +218,7 @@ pub fn run_policies<T: Platform>(
             }
         });
     }
-    // Tasks never started after a failure hold None; the failure is returned.
-    let mut runs = Vec::with_capacity(tasks.len());
-    let mut first_error = None;
-    for slot in outputs {
-        match slot.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            Some(Ok(run)) => runs.push(run),
-            Some(Err(e)) => {
-                first_error.get_or_insert(e);
-            }
-            None => {}
-        }
-    }
-    if let Some(e) = first_error {
-        return Err(e);
-    }
+    let mut runs = finished_runs(outputs)?;
     let policy_runs = runs.split_off(n);
     let alone: Vec<(RawRun, bool)> = runs
         .into_iter()
@@ -248,6 +234,26 @@ pub fn run_policies<T: Platform>(
         .zip(policy_runs)
         .map(|(control, run)| assemble(platform, scenario, &control.label(), run, &alone, &env))
         .collect())
+}
+
+/// Every task's run in task order, or the first failure. Tasks never
+/// started after a failure hold nothing.
+fn finished_runs<E>(outputs: Vec<Slot<E>>) -> Result<Vec<RawRun>, E> {
+    let mut runs = Vec::with_capacity(outputs.len());
+    let mut first_error = None;
+    for slot in outputs {
+        match slot.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(Ok(run)) => runs.push(run),
+            Some(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            None => {}
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(runs),
+    }
 }
 
 fn environment<T: Platform>(platform: &T, scenario: &Scenario, started: SystemTime) -> Environment {
