@@ -166,20 +166,7 @@ pub fn run_policies<T: Platform>(
         .map(|i| Task::Alone(i, Box::new(platform.alone_scenario(scenario, i))))
         .collect();
     tasks.extend(kinds.iter().map(|k| Task::Policy(*k)));
-    let labels: Vec<String> = tasks
-        .iter()
-        .map(|t| match t {
-            Task::Alone(i, _) => format!("{} alone", scenario.tenants[*i].spec.name),
-            Task::Policy(c) => c.label(),
-        })
-        .collect();
-    let efforts: Vec<f64> = tasks
-        .iter()
-        .map(|t| match t {
-            Task::Alone(_, sc) => platform.planned_effort(sc),
-            Task::Policy(_) => platform.planned_effort(scenario),
-        })
-        .collect();
+    let (labels, efforts) = labels_and_efforts(platform, scenario, &tasks);
     let total_effort: f64 = efforts.iter().sum::<f64>().max(f64::MIN_POSITIVE);
     let done = Mutex::new(vec![0.0f64; tasks.len()]);
     let next = AtomicUsize::new(0);
@@ -234,6 +221,24 @@ pub fn run_policies<T: Platform>(
         .zip(policy_runs)
         .map(|(control, run)| assemble(platform, scenario, &control.label(), run, &alone, &env))
         .collect())
+}
+
+/// Each task's name for the progress line, and its share of the work.
+fn labels_and_efforts<T: Platform>(
+    platform: &T,
+    scenario: &Scenario,
+    tasks: &[Task],
+) -> (Vec<String>, Vec<f64>) {
+    tasks
+        .iter()
+        .map(|t| match t {
+            Task::Alone(i, sc) => (
+                format!("{} alone", scenario.tenants[*i].spec.name),
+                platform.planned_effort(sc),
+            ),
+            Task::Policy(c) => (c.label(), platform.planned_effort(scenario)),
+        })
+        .unzip()
 }
 
 /// Every task's run in task order, or the first failure. Tasks never
