@@ -89,20 +89,23 @@ fn noisy4_floor<'a>(device: &'a str, time_scale: &'a str, alone_secs: &'a str) -
     ]
 }
 
-/// Runs `iofloor bench ARGS --json` to success and returns its summary.
-fn bench_json(args: &[&str]) -> Value {
-    let out = Command::new(bin())
-        .arg("bench")
-        .args(args)
-        .arg("--json")
-        .output()
-        .unwrap();
+/// Runs `iofloor SUBCOMMAND ARGS...` (`args` starts with the subcommand) to
+/// success, failing the test with its stderr otherwise; returns its stdout.
+fn iofloor_ok<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Vec<u8> {
+    let out = Command::new(bin()).args(args).output().unwrap();
+    let what = args[0].as_ref().to_string_lossy();
     assert!(
         out.status.success(),
-        "bench: {}",
+        "{what}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
+    out.stdout
+}
+
+/// Runs `iofloor bench ARGS --json` to success and returns its summary.
+fn bench_json(args: &[&str]) -> Value {
+    let args = [&["bench"], args, &["--json"]].concat();
+    serde_json::from_slice(&iofloor_ok(&args)).expect("one JSON object on stdout")
 }
 
 /// One bench run of `noisy-4` on the rig, judged twice: it keeps the floors
@@ -132,16 +135,8 @@ fn bench_on_the_rig_keeps_floors_follows_the_contract_and_matches_the_simulator(
 /// `iofloor calibrate` on the rig: the model file it wrote.
 fn calibrate(rig: &TestRig, dir: &Path) -> PathBuf {
     let model = dir.join("rig.toml");
-    let cal = Command::new(bin())
-        .args(["calibrate", &rig.device, "--secs", "2", "--out"])
-        .arg(&model)
-        .output()
-        .unwrap();
-    assert!(
-        cal.status.success(),
-        "calibrate: {}",
-        String::from_utf8_lossy(&cal.stderr)
-    );
+    let out = model.to_string_lossy();
+    iofloor_ok(&["calibrate", &rig.device, "--secs", "2", "--out", &out]);
     let text = std::fs::read_to_string(&model).unwrap();
     assert!(
         text.contains("wrandiops") && text.contains("queue_knee"),
@@ -210,26 +205,19 @@ fn keeps_floors_and_the_contract(v: &Value, out: &Path) {
 /// and the real figure alone varies 7–13 % between runs while the
 /// simulator's is one number.
 fn matches_the_simulator(real: &Value, model: &Path) {
-    let sim = Command::new(bin())
-        .args([
-            "sim",
-            "noisy-4",
-            "--policy",
-            "floor",
-            "--time-scale",
-            "0.15",
-            "--json",
-            "--device-model",
-        ])
-        .arg(model)
-        .output()
-        .unwrap();
-    assert!(
-        sim.status.success(),
-        "sim: {}",
-        String::from_utf8_lossy(&sim.stderr)
-    );
-    let sim: Value = serde_json::from_slice(&sim.stdout).unwrap();
+    let model = model.to_string_lossy();
+    let sim = iofloor_ok(&[
+        "sim",
+        "noisy-4",
+        "--policy",
+        "floor",
+        "--time-scale",
+        "0.15",
+        "--json",
+        "--device-model",
+        &model,
+    ]);
+    let sim: Value = serde_json::from_slice(&sim).unwrap();
     for p in ["none", "floor"] {
         let (r, s) = (&real["policies"][p], &sim["policies"][p]);
         for key in ["aggregate_iops", "aggregate_bytes_per_s"] {
