@@ -38,7 +38,9 @@
 //!   twice a minute at most;
 //!   past the model only on clear room (latency or queue below 60 % of the
 //!   threshold) and half a minute after the last overload, by 1 % an
-//!   interval until the device has served 10 % more than its model, then
+//!   interval, each step kept only if what it handed out was served (else
+//!   the device is full at what it served), until the device has served
+//!   10 % more than its model, then
 //!   learned upward as BBR learns bandwidth (a step doubling to 8 %, kept
 //!   only while the device serves what it is handed, else back to what it
 //!   delivered: [`CapacityLoop::learn_upward`]), so a conservative model's
@@ -396,6 +398,12 @@ pub struct CapacityLoop {
     learning: bool,
     /// The estimate grew past the model in this interval.
     grew_past_model: bool,
+    /// What was served in the last interval, if it stepped past the model
+    /// before the device had served more than the model ([`LEARN_PROVEN`]):
+    /// the step must be served. Set each interval from `learned_at`.
+    stepped_past_model_at: Option<f64>,
+    /// What was served in this interval, if it stepped so.
+    learned_at: Option<f64>,
     /// Intervals judged so far (the service's first one is special).
     intervals: u64,
     /// Intervals left before learning past the model is tried again, and
@@ -432,6 +440,8 @@ impl CapacityLoop {
             learn_step: PROBE_STEP,
             learning: false,
             grew_past_model: false,
+            stepped_past_model_at: None,
+            learned_at: None,
             intervals: 0,
             learn_hold: 0,
             learn_backoff: PROBE_WAIT_FIRST,
@@ -641,6 +651,7 @@ impl CapacityLoop {
     pub fn update(&mut self, obs: &Observation) -> f64 {
         let (low, high) = self.bounds();
         self.learning = std::mem::take(&mut self.grew_past_model);
+        self.stepped_past_model_at = self.learned_at.take();
         self.intervals = self.intervals.saturating_add(1);
         self.undo_departure(obs);
         self.since_arrival = if obs.newcomer {
@@ -1087,16 +1098,36 @@ impl CapacityLoop {
     /// do. At 1 % an
     /// interval, a model 3x too pessimistic took 100 s to double
     /// (simulator: work conservation 0.58).
+    /// The device was found full past the model: the next try waits,
+    /// longer each time.
+    fn hold_learning(&mut self) {
+        self.learn_hold = self.learn_backoff;
+        self.learn_backoff = (self.learn_backoff * 2).min(HOLD_BEYOND_INTERVALS);
+    }
+
     fn learn_upward(&mut self, served: f64, obs: &Observation) -> f64 {
         if served < LEARN_PROVEN * self.model {
             self.learn_step = PROBE_STEP;
+            // A step past the model hands out 1 % more: a device with room
+            // serves it, a full one serves what it did before, and that is
+            // its capacity (BBR's full pipe: the delivery rate stopped
+            // growing). On the rig at its model, going on until a step was
+            // not served took the estimate to 1.05 and a quiet tenant to
+            // three windows just short of its floor.
+            if self
+                .stepped_past_model_at
+                .is_some_and(|before| served < before * (1.0 + PROBE_STEP / 2.0))
+            {
+                self.hold_learning();
+                return served.clamp(self.model, self.estimate);
+            }
+            self.learned_at = Some(served);
             return self.estimate * (1.0 + PROBE_STEP);
         }
         let delivered = served / share_handed_out(obs);
         if served < PROBE_USED * self.estimate {
             self.learn_step = PROBE_STEP;
-            self.learn_hold = self.learn_backoff;
-            self.learn_backoff = (self.learn_backoff * 2).min(HOLD_BEYOND_INTERVALS);
+            self.hold_learning();
             return delivered.clamp(self.model, self.estimate);
         }
         if self.learning {
@@ -2053,6 +2084,28 @@ mod tests {
         assert!(c.overloaded_in_part(Some(7500.0), Some(30.0)));
         // A short queue is noise in part of an interval.
         assert!(!c.overloaded_in_part(Some(7500.0), Some(4.0)));
+    }
+
+    #[test]
+    fn a_device_at_its_model_is_not_learned_past_what_it_serves() {
+        // The rig's throttle at exactly the model: clear room until the
+        // very top, and what is served stops growing at 1.0.
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        let mut most: f64 = 0.0;
+        let mut back_at_the_model = 0;
+        for _ in 0..100 {
+            let served = (0.97 * c.estimate()).min(1.0);
+            c.update(&Observation {
+                avg_queue: Some(1.0),
+                ..obs(100.0, served, false, true)
+            });
+            most = most.max(c.estimate());
+            back_at_the_model += usize::from(c.estimate() == 1.0);
+        }
+        // One step past what it served (1.0 of 1.04 x 0.97 handed out),
+        // then back to what it served: the model.
+        assert!(most < 1.045, "probed to {most}");
+        assert!(back_at_the_model > 50, "{back_at_the_model} of 100");
     }
 
     #[test]
