@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod lag;
 mod play;
 mod session;
+mod truth;
 
 use iofloor_core::policy::PolicyKind;
 use iofloor_core::CostModel;

@@ -6,6 +6,7 @@
 
 use crate::cluster::{AgentPlan, Agents};
 use crate::session::{LogInfo, Session};
+use crate::truth::RigTruth;
 use crate::{BenchError, BenchOptions, Result};
 use iofloor_core::control::Controller;
 use iofloor_core::cost::CostModel;
@@ -109,7 +110,8 @@ struct Play<'s> {
     /// The device each tenant's fio processes use (the shared one, or a VM's
     /// QEMU path), then each unmanaged source's.
     tenant_device: Vec<PathBuf>,
-    /// The rig behind the device, when the scenario changes its capacity.
+    /// The rig behind the device, if it is one: the scenario's device
+    /// changes go to it, and its limits are what the device could do.
     rig: Option<iofloor_testbed::rig::Rig>,
     work: PathBuf,
     devs: Vec<DevId>,
@@ -262,6 +264,7 @@ impl<'s> Play<'s> {
             .collect::<Result<_>>()?;
         let mut decisions = DecisionStats::default();
         let mut errors_seen = std::collections::HashSet::new();
+        let mut truth = RigTruth::new(self.rig.as_ref().map(|r| r.spec));
 
         let start = Instant::now();
         self.session.start = Some(start);
@@ -313,6 +316,7 @@ impl<'s> Play<'s> {
                         BenchError::Invalid("`device.change` needs a rig behind the device".into())
                     })?;
                     self.session.change_rig_capacity(rig, factor)?;
+                    truth.change(factor);
                 }
                 next_device_change += 1;
             }
@@ -390,8 +394,7 @@ impl<'s> Play<'s> {
                     utilisation,
                     mean_latency_ms: None,
                     capacity: self.controller.as_ref().and_then(|c| c.capacity_estimate()),
-                    // A real device does not say; the rig's throttle is in the record's environment.
-                    true_capacity: None,
+                    true_capacity: truth.for_window(&tenants),
                     // Filled in from the unmanaged jobs' fio logs at the end.
                     unmanaged: None,
                 };
