@@ -650,23 +650,7 @@ impl CapacityLoop {
     /// Learns from one interval; returns the new estimate.
     pub fn update(&mut self, obs: &Observation) -> f64 {
         let (low, high) = self.bounds();
-        self.learning = std::mem::take(&mut self.grew_past_model);
-        self.stepped_past_model_at = self.learned_at.take();
-        self.intervals = self.intervals.saturating_add(1);
-        self.undo_departure(obs);
-        self.since_arrival = if obs.newcomer {
-            0
-        } else {
-            self.since_arrival.saturating_add(1)
-        };
-        self.learn_hold = self.learn_hold.saturating_sub(1);
-        if let Some((_, age)) = self.last_overload.as_mut() {
-            *age += 1;
-            if *age > MEMORY_INTERVALS {
-                self.last_overload = None;
-                self.probe_wait = PROBE_WAIT_FIRST;
-            }
-        }
+        self.start_interval(obs);
         let served = obs.served.is_finite().then_some(obs.served.max(0.0));
         let stepped_down_at_us = self.stepped_down_at_us.take();
         let held_by_a_queue = self.held_by_a_queue(obs);
@@ -680,110 +664,7 @@ impl CapacityLoop {
         let previous = self.verdict;
         self.verdict = match (load, served) {
             (Some(Load::Over(ratio)), Some(s)) if held_by_a_queue && s > 0.0 => {
-                // Decided early at a tenant's arrival: judged as an arrival
-                // on a device that served its estimate, since the newcomer's
-                // first burst is what the look saw (simulator, against the
-                // scaled figure alone: `on-off` 0.977 work conservation
-                // against 0.969, `vm-disks` p99 6.43x against 7.08x).
-                let s = if obs.early && obs.newcomer {
-                    s.max(self.estimate)
-                } else {
-                    s
-                };
-                // What it served is its capacity. With a floor short, the
-                // further past the threshold, the deeper below it for an
-                // interval, so the queue that built up drains (PARDA scales
-                // its window by target over measured latency the same way);
-                // with every floor met, a queue costs latency, not promises,
-                // and a deeper cut would only leave the device idle.
-                let ratio = if !obs.floor_short {
-                    1.0
-                } else if !ratio.is_finite() {
-                    DEEPEST_CUT
-                } else {
-                    // A short queue, and no protected tenant seen slowed:
-                    // as deep as drains the excess latency's queue within a
-                    // fraction of an interval, no deeper (a cut of 30 % for
-                    // a queue of 4 I/Os, 0.7 ms of excess at 4,000 IOPS,
-                    // left the cluster bed at 0.7 for 15 s). Otherwise, or
-                    // where the interval is not known, by the threshold over
-                    // the latency (PARDA): another host's queue, which ours
-                    // does not show, drains only with a deep cut (simulator
-                    // `stolen`: the shallow one missed 3.8 % of a floor).
-                    // Likewise when a tenant arrived and the device still
-                    // served what was estimated: the queue is the newcomer's
-                    // uncapped first interval on top of a device that did
-                    // not change, gone once it is capped (simulator `churn`:
-                    // each arrival's 30 % cut and climb back cost 8 s at
-                    // 0.7-0.9 of the device).
-                    let short_queue = !obs.protected_slowed
-                        && obs.avg_queue.is_some_and(|q| q <= DRAINABLE_QUEUE);
-                    let arrival = obs.newcomer && s >= PROBE_USED * self.estimate;
-                    let drain = match obs.interval.map(|i| i.as_secs_f64()) {
-                        Some(interval) if (short_queue || arrival) && interval > 0.0 => {
-                            let excess_s = obs.latency_us.unwrap_or(0.0) * (1.0 - ratio) / 1e6;
-                            1.0 - DRAIN_SPEED * excess_s / interval
-                        }
-                        _ => ratio,
-                    };
-                    drain.clamp(DEEPEST_CUT, 1.0)
-                };
-                let before = self.estimate;
-                self.undo = Some(BeforeOverload {
-                    estimate: before,
-                    last_overload: self.last_overload,
-                    probe_wait: self.probe_wait,
-                });
-                // An overload right after one, on a device that still served
-                // more than the cut allowed, is the same overload draining
-                // (the cut has not taken hold): its level stays what the
-                // device served then, not the cut (simulator
-                // `noisy-20-cluster`: a new allocator regained 0.49 instead
-                // of 0.64 and held it 30 s at 0.77 of the device).
-                // At a tenant's arrival on a device the loop has judged
-                // before (not the service's first interval, when every
-                // tenant is new and the device's state is not known), and
-                // in the interval after it ([`ARRIVAL_INTERVALS`]), what
-                // was served is diluted by the part of the interval before
-                // it came, and the queue is its uncapped burst: no sign the
-                // device got smaller, so the level to regain stays the
-                // estimate it had (rig
-                // `burst-rig`: each burst's arrival, served at 0.71 of the
-                // device, left the estimate at the floors' need, 0.81, for
-                // the whole burst: work conservation 0.73).
-                let level = match self.last_overload {
-                    // More than the model says, even overloaded: the model
-                    // is pessimistic, and what was served is the level to
-                    // regain (BBR's bandwidth: the most delivered). Held to
-                    // the estimate, a model 3x too pessimistic sat at it
-                    // for the 30 intervals before learning past it. Not on
-                    // a look's figures: what they serve is extrapolated.
-                    _ if s >= LEARN_PROVEN * self.model && !obs.early => s,
-                    _ if self.since_arrival <= ARRIVAL_INTERVALS && self.intervals > 1 => before,
-                    Some((last, _)) if previous == Verdict::Overloaded && s > before => last.min(s),
-                    _ => s.min(before),
-                }
-                .clamp(low, high);
-                // Never deeper than the floors need, unless the device has
-                // proven it can no longer serve them ([`PROOF_INTERVALS`]):
-                // a cut must not break a promise on a guess.
-                let keep = obs.floors_need.min(proven).min(before);
-                self.estimate = (s * ratio).max(keep).clamp(low, high).min(level.max(keep));
-                // The level to recover to fast is what was served in this
-                // overload (or what was kept for the floors), not the best of
-                // the last intervals: after a cut those were served by the
-                // device as it was, and recovering to them overloads it again.
-                // A probe past the last level that ends here waits longer
-                // before the next one.
-                if before > self.reference() * (1.0 + 1e-9) {
-                    self.probe_wait = (self.probe_wait * 2).min(HOLD_BEYOND_INTERVALS);
-                }
-                self.last_overload = Some((level.max(self.estimate), 0));
-                self.step = STEP_MIN;
-                self.probe_step = PROBE_STEP;
-                self.learn_step = PROBE_STEP;
-                self.overload_latency_us = obs.latency_us;
-                Verdict::Overloaded
+                self.overloaded(ratio, s, obs, proven, previous)
             }
             (Some(Load::Over(_)), Some(s))
                 if !held_by_a_queue
@@ -791,26 +672,7 @@ impl CapacityLoop {
                     && !obs.protected_slowed
                     && self.settings.latency_target_us.is_none() =>
             {
-                // Every floor met, no protected tenant seen slowed, no
-                // operator target: the queue costs latency, not promises
-                // (where tenants' latency shows it hurting them, the step
-                // below drains it). Stepping down to the floors' need
-                // here left a device that keeps up idle (the rig: work
-                // conservation 0.68). Only an estimate past the model comes
-                // back to it (a probe is no licence to keep a queue); below
-                // it, the level known good may be regained, never probed past.
-                if self.estimate > self.model {
-                    self.estimate = (self.estimate * SATURATED_STEP).max(self.model);
-                    self.step = STEP_MIN;
-                    self.probe_step = PROBE_STEP;
-                    self.learn_step = PROBE_STEP;
-                    Verdict::Saturated
-                } else if obs.wants_more {
-                    self.grow(high, Load::Over(1.0), s, obs);
-                    Verdict::Room
-                } else {
-                    Verdict::Idle
-                }
+                self.standing_queue(s, obs, high)
             }
             (Some(Load::Over(_)), Some(_))
                 if !obs.held_by_device && self.estimate < obs.floors_need.min(high) =>
@@ -853,6 +715,178 @@ impl CapacityLoop {
             self.recent_points.clear();
         }
         self.estimate
+    }
+
+    /// Ages what the loop remembers by one interval: the last interval's
+    /// steps past the model, arrivals, holds and the last overload's level.
+    fn start_interval(&mut self, obs: &Observation) {
+        self.learning = std::mem::take(&mut self.grew_past_model);
+        self.stepped_past_model_at = self.learned_at.take();
+        self.intervals = self.intervals.saturating_add(1);
+        self.undo_departure(obs);
+        self.since_arrival = if obs.newcomer {
+            0
+        } else {
+            self.since_arrival.saturating_add(1)
+        };
+        self.learn_hold = self.learn_hold.saturating_sub(1);
+        if let Some((_, age)) = self.last_overload.as_mut() {
+            *age += 1;
+            if *age > MEMORY_INTERVALS {
+                self.last_overload = None;
+                self.probe_wait = PROBE_WAIT_FIRST;
+            }
+        }
+    }
+
+    /// An overload the device held a tenant back in: the estimate becomes
+    /// what was served (cut further to drain the queue, never below what
+    /// the floors need without proof), and that is the level to regain.
+    fn overloaded(
+        &mut self,
+        ratio: f64,
+        s: f64,
+        obs: &Observation,
+        proven: f64,
+        previous: Verdict,
+    ) -> Verdict {
+        let (low, high) = self.bounds();
+        // Decided early at a tenant's arrival: judged as an arrival
+        // on a device that served its estimate, since the newcomer's
+        // first burst is what the look saw (simulator, against the
+        // scaled figure alone: `on-off` 0.977 work conservation
+        // against 0.969, `vm-disks` p99 6.43x against 7.08x).
+        let s = if obs.early && obs.newcomer {
+            s.max(self.estimate)
+        } else {
+            s
+        };
+        let ratio = self.cut_ratio(ratio, s, obs);
+        let before = self.estimate;
+        self.undo = Some(BeforeOverload {
+            estimate: before,
+            last_overload: self.last_overload,
+            probe_wait: self.probe_wait,
+        });
+        // An overload right after one, on a device that still served
+        // more than the cut allowed, is the same overload draining
+        // (the cut has not taken hold): its level stays what the
+        // device served then, not the cut (simulator
+        // `noisy-20-cluster`: a new allocator regained 0.49 instead
+        // of 0.64 and held it 30 s at 0.77 of the device).
+        // At a tenant's arrival on a device the loop has judged
+        // before (not the service's first interval, when every
+        // tenant is new and the device's state is not known), and
+        // in the interval after it ([`ARRIVAL_INTERVALS`]), what
+        // was served is diluted by the part of the interval before
+        // it came, and the queue is its uncapped burst: no sign the
+        // device got smaller, so the level to regain stays the
+        // estimate it had (rig
+        // `burst-rig`: each burst's arrival, served at 0.71 of the
+        // device, left the estimate at the floors' need, 0.81, for
+        // the whole burst: work conservation 0.73).
+        let level = match self.last_overload {
+            // More than the model says, even overloaded: the model
+            // is pessimistic, and what was served is the level to
+            // regain (BBR's bandwidth: the most delivered). Held to
+            // the estimate, a model 3x too pessimistic sat at it
+            // for the 30 intervals before learning past it. Not on
+            // a look's figures: what they serve is extrapolated.
+            _ if s >= LEARN_PROVEN * self.model && !obs.early => s,
+            _ if self.since_arrival <= ARRIVAL_INTERVALS && self.intervals > 1 => before,
+            Some((last, _)) if previous == Verdict::Overloaded && s > before => last.min(s),
+            _ => s.min(before),
+        }
+        .clamp(low, high);
+        // Never deeper than the floors need, unless the device has
+        // proven it can no longer serve them ([`PROOF_INTERVALS`]):
+        // a cut must not break a promise on a guess.
+        let keep = obs.floors_need.min(proven).min(before);
+        self.estimate = (s * ratio).max(keep).clamp(low, high).min(level.max(keep));
+        // The level to recover to fast is what was served in this
+        // overload (or what was kept for the floors), not the best of
+        // the last intervals: after a cut those were served by the
+        // device as it was, and recovering to them overloads it again.
+        // A probe past the last level that ends here waits longer
+        // before the next one.
+        if before > self.reference() * (1.0 + 1e-9) {
+            self.probe_wait = (self.probe_wait * 2).min(HOLD_BEYOND_INTERVALS);
+        }
+        self.last_overload = Some((level.max(self.estimate), 0));
+        self.step = STEP_MIN;
+        self.probe_step = PROBE_STEP;
+        self.learn_step = PROBE_STEP;
+        self.overload_latency_us = obs.latency_us;
+        Verdict::Overloaded
+    }
+
+    /// How far below what was served an overload cuts, as a factor: not
+    /// at all with every floor met; else PARDA's threshold over latency,
+    /// or as deep as drains a short queue within a part of an interval.
+    fn cut_ratio(&self, ratio: f64, s: f64, obs: &Observation) -> f64 {
+        // What it served is its capacity. With a floor short, the
+        // further past the threshold, the deeper below it for an
+        // interval, so the queue that built up drains (PARDA scales
+        // its window by target over measured latency the same way);
+        // with every floor met, a queue costs latency, not promises,
+        // and a deeper cut would only leave the device idle.
+        if !obs.floor_short {
+            1.0
+        } else if !ratio.is_finite() {
+            DEEPEST_CUT
+        } else {
+            // A short queue, and no protected tenant seen slowed:
+            // as deep as drains the excess latency's queue within a
+            // fraction of an interval, no deeper (a cut of 30 % for
+            // a queue of 4 I/Os, 0.7 ms of excess at 4,000 IOPS,
+            // left the cluster bed at 0.7 for 15 s). Otherwise, or
+            // where the interval is not known, by the threshold over
+            // the latency (PARDA): another host's queue, which ours
+            // does not show, drains only with a deep cut (simulator
+            // `stolen`: the shallow one missed 3.8 % of a floor).
+            // Likewise when a tenant arrived and the device still
+            // served what was estimated: the queue is the newcomer's
+            // uncapped first interval on top of a device that did
+            // not change, gone once it is capped (simulator `churn`:
+            // each arrival's 30 % cut and climb back cost 8 s at
+            // 0.7-0.9 of the device).
+            let short_queue =
+                !obs.protected_slowed && obs.avg_queue.is_some_and(|q| q <= DRAINABLE_QUEUE);
+            let arrival = obs.newcomer && s >= PROBE_USED * self.estimate;
+            let drain = match obs.interval.map(|i| i.as_secs_f64()) {
+                Some(interval) if (short_queue || arrival) && interval > 0.0 => {
+                    let excess_s = obs.latency_us.unwrap_or(0.0) * (1.0 - ratio) / 1e6;
+                    1.0 - DRAIN_SPEED * excess_s / interval
+                }
+                _ => ratio,
+            };
+            drain.clamp(DEEPEST_CUT, 1.0)
+        }
+    }
+
+    /// A latency past the threshold with every floor met and nobody held
+    /// back by a queue: a standing queue, which costs latency, not floors.
+    fn standing_queue(&mut self, s: f64, obs: &Observation, high: f64) -> Verdict {
+        // Every floor met, no protected tenant seen slowed, no
+        // operator target: the queue costs latency, not promises
+        // (where tenants' latency shows it hurting them, the step
+        // below drains it). Stepping down to the floors' need
+        // here left a device that keeps up idle (the rig: work
+        // conservation 0.68). Only an estimate past the model comes
+        // back to it (a probe is no licence to keep a queue); below
+        // it, the level known good may be regained, never probed past.
+        if self.estimate > self.model {
+            self.estimate = (self.estimate * SATURATED_STEP).max(self.model);
+            self.step = STEP_MIN;
+            self.probe_step = PROBE_STEP;
+            self.learn_step = PROBE_STEP;
+            Verdict::Saturated
+        } else if obs.wants_more {
+            self.grow(high, Load::Over(1.0), s, obs);
+            Verdict::Room
+        } else {
+            Verdict::Idle
+        }
     }
 
     /// Whether this interval shows a device that got faster ([`SPED_UP`]):
