@@ -12,7 +12,11 @@ use iofloor_testbed::rig::RigSpec;
 pub(crate) struct RigTruth {
     /// The rig as brought up (a VM path's rig has no limit of its own: none).
     original: Option<RigSpec>,
+    /// The factor in force in the window now open, and the one a change
+    /// made since (the run applies a change at a whole second before it
+    /// closes the window that ends there).
     factor: f64,
+    changed_to: Option<f64>,
     last: Option<f64>,
 }
 
@@ -21,13 +25,15 @@ impl RigTruth {
         RigTruth {
             original: original.filter(|s| s.iops > 0),
             factor: 1.0,
+            changed_to: None,
             last: None,
         }
     }
 
-    /// A `device.change` applied to the rig: `factor` of the original.
+    /// A `device.change` applied to the rig: `factor` of the original,
+    /// from the next window on.
     pub(crate) fn change(&mut self, factor: f64) {
-        self.factor = factor;
+        self.changed_to = Some(factor);
     }
 
     /// What the rig could serve in a window of this mix, in the model's
@@ -35,6 +41,7 @@ impl RigTruth {
     /// I/O repeats the last figure, as the simulator's does.
     pub(crate) fn for_window(&mut self, tenants: &[TenantWindow]) -> Option<f64> {
         let spec = self.original?.scaled(self.factor);
+        self.factor = self.changed_to.take().unwrap_or(self.factor);
         let (ios, bytes, cost) = tenants.iter().fold((0.0, 0.0, 0.0), |acc, t| {
             (
                 acc.0 + t.got.iops,
@@ -96,7 +103,9 @@ mod tests {
         let mut truth = RigTruth::new(Some(spec(4000, None, None)));
         let ran = [window(3000.0, 3000.0 * 4096.0, 0.75)];
         assert!((truth.for_window(&ran).unwrap() - 1.0).abs() < 1e-9);
+        // A change made as a window closes counts from the next one.
         truth.change(0.6);
+        assert!((truth.for_window(&ran).unwrap() - 1.0).abs() < 1e-9);
         assert!((truth.for_window(&ran).unwrap() - 0.6).abs() < 1e-9);
         // No I/O in a window: the last figure stands.
         assert!((truth.for_window(&[window(0.0, 0.0, 0.0)]).unwrap() - 0.6).abs() < 1e-9);

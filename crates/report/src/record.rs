@@ -82,8 +82,9 @@ pub struct DeviceWindow {
     /// What the device could do in the window, in the same units, where
     /// the runner knows it: the simulator, from its true device as it is
     /// now (declared changes and write cliff included) over the policies'
-    /// model, for the mix of the I/O it started in the window (a window
-    /// with none repeats the last figure).
+    /// model, for the mix of the I/O it started in the window; `iofloor
+    /// bench` on a rig, from the rig's throttle group priced for the mix
+    /// the tenants ran (a window with none repeats the last figure).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub true_capacity: Option<f64>,
     /// What load outside every managed tenant was served in the window
