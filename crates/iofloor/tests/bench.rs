@@ -125,7 +125,16 @@ fn bench_on_the_rig_keeps_floors_follows_the_contract_and_matches_the_simulator(
     let started = Instant::now();
     let out = out_dir.path().join("real");
     let out = out.to_str().unwrap();
-    let v = bench_json(&[&noisy4_floor(&rig.device, "0.15", "4")[..], &["--out", out]].concat());
+    // The rig's state directory: the bench finds the rig behind the device
+    // there, and records what it could do in each window.
+    let state = rig.state.path().to_str().unwrap();
+    let v = bench_json(
+        &[
+            &noisy4_floor(&rig.device, "0.15", "4")[..],
+            &["--out", out, "--rig-state-dir", state],
+        ]
+        .concat(),
+    );
     eprintln!("real run: {:.0} s", started.elapsed().as_secs_f64());
     keeps_floors_and_the_contract(&v, Path::new(out));
     matches_the_simulator(&v, &model);
@@ -189,12 +198,37 @@ fn keeps_floors_and_the_contract(v: &Value, out: &Path) {
     }
     // Raw records first: the report rebuilds from them.
     assert!(out.join("runs/floor.json").exists() && out.join("report.html").exists());
+    learned_capacity_follows_the_rigs(out);
     let again = Command::new(bin())
         .args(["report", "--json"])
         .arg(out)
         .output()
         .unwrap();
     assert_eq!(&serde_json::from_slice::<Value>(&again.stdout).unwrap(), v);
+}
+
+/// On a rig every window records what the device could do (its throttle
+/// priced for the window's mix), and the capacity `floor` learned stays
+/// near it on this steady rig (within 30 %: the estimate moves by probes
+/// and cuts of a few percent, never by a third).
+fn learned_capacity_follows_the_rigs(out: &Path) {
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("runs/floor.json")).unwrap())
+            .unwrap();
+    let warmup = run["warmup_s"].as_f64().unwrap();
+    for w in run["windows"].as_array().unwrap() {
+        let truth = w["device"]["true_capacity"].as_f64();
+        assert!(truth.is_some_and(|c| c > 0.0), "no true capacity: {w}");
+        if w["t"].as_f64().unwrap() >= warmup {
+            let learned = w["device"]["capacity"].as_f64().unwrap();
+            let ratio = learned / truth.unwrap();
+            assert!(
+                (0.7..=1.3).contains(&ratio),
+                "learned {learned} of {truth:?}"
+            );
+        }
+    }
+    assert!(out.join("charts/floor-capacity.svg").exists());
 }
 
 /// The simulator, given the rig's calibrated `model` as its device,
