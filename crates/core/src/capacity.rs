@@ -952,12 +952,11 @@ impl CapacityLoop {
         let Some(from) = self.regain_from_us else {
             return;
         };
-        let reached = self.estimate >= self.reference();
-        let rose = latency_us.is_some_and(|l| l > REGAIN_RISE * from);
-        if reached || rose || self.verdict == Verdict::Overloaded {
+        // An overload set its own level (and age) to regain: left as it is.
+        if self.verdict == Verdict::Overloaded || self.estimate >= self.reference() {
             self.regain_from_us = None;
-        }
-        if rose && !reached {
+        } else if latency_us.is_some_and(|l| l > REGAIN_RISE * from) {
+            self.regain_from_us = None;
             self.last_overload = Some((self.estimate, LEARN_WAIT));
         }
     }
@@ -2113,6 +2112,41 @@ mod tests {
             ..obs(350.0, 0.97 * given, false, true)
         });
         assert_eq!(c.reference(), given, "the level is where it stopped");
+    }
+
+    #[test]
+    fn an_overload_while_giving_back_keeps_its_own_level_and_wait() {
+        // Judged by a queue knee, an overload can come without the latency
+        // rise that ends giving back; the rise in the interval after it
+        // must not age the overload's level as if half a minute old (then
+        // probing went on at once).
+        let mut c = CapacityLoop::new(
+            CapacitySettings {
+                queue_knee: Some(4.0),
+                ..settings()
+            },
+            1.0,
+        );
+        let at = |c: &mut CapacityLoop, queue: f64, latency: f64, served: f64, held: bool| {
+            c.update(&Observation {
+                avg_queue: Some(queue),
+                ..obs(latency, served, held, true)
+            })
+        };
+        at(&mut c, 10.0, 1500.0, 0.6, true);
+        for _ in 1..PROBE_WAIT_FIRST {
+            let served = 0.97 * c.estimate();
+            at(&mut c, 3.0, 500.0, served, false);
+        }
+        let served = 0.97 * c.estimate();
+        at(&mut c, 1.0, 250.0, served, false);
+        assert!(c.regain_from_us.is_some(), "a faster device is seen");
+        at(&mut c, 10.0, 300.0, 0.62, true);
+        assert_eq!(c.verdict(), Verdict::Overloaded);
+        at(&mut c, 3.0, 500.0, 0.6, false);
+        let (_, age) = c.last_overload.unwrap();
+        assert!(age < PROBE_WAIT_FIRST, "aged {age}");
+        assert!(c.regain_from_us.is_none());
     }
 
     #[test]
