@@ -10,6 +10,11 @@ result is simulated with no policy at all (`iofloor sim FILE --policy none`).
           noisy tenant at which no protected tenant misses a floor in that
           phase (bisection, 12 rounds). Prints the work conservation this
           reaches against `none` on the unmodified scenario.
+  phases NAME
+          The same for scenario NAME, whose phases are those of its
+          unmanaged load and its declared device changes (`sawing`,
+          `backup`): what capping could reach knowing every change before
+          it happens.
   churn   The capacity left by the protected tenants in each stretch
           between arrivals and departures, known exactly; the noisy tenants
           together get U times it, split evenly (the ceiling of `capped`
@@ -27,6 +32,7 @@ result is simulated with no policy at all (`iofloor sim FILE --policy none`).
 
 Usage (from the repository, after `cargo build --release`):
   scripts/analysis/cap-oracle.py stolen
+  scripts/analysis/cap-oracle.py phases sawing
   scripts/analysis/cap-oracle.py churn 0.9 0.95 0.97 1.0
   scripts/analysis/cap-oracle.py paced tree 0.9 1.0
 """
@@ -92,9 +98,10 @@ def missed_per_phase(run, phases):
             if spec["noisy"] or not spec["floor"]:
                 continue
             floor = spec["floor"]["value"]
-            asked = tw["demand"]["bytes_per_s"] if tw["demand"] else floor
+            unit = "iops" if spec["floor"]["unit"] == "iops" else "bytes_per_s"
+            asked = tw["demand"][unit] if tw["demand"] else floor
             entitled = min(floor, asked)
-            if entitled > 0 and tw["got"]["bytes_per_s"] < MISS * entitled:
+            if entitled > 0 and tw["got"][unit] < MISS * entitled:
                 misses[k] += 1
     return misses
 
@@ -115,14 +122,15 @@ def megabytes(text):
     return float(m.group(1))
 
 
-def stolen(work):
-    text = open(os.path.join(ROOT, "scenarios", "stolen.toml")).read()
+def phases(work, name):
+    text = open(os.path.join(ROOT, "scenarios", name + ".toml")).read()
     scenario = tomllib.loads(text)
     none = simulate(text, work)[1]["none"]
-    # The other host's load changes at its phases; the noisy tenant's
-    # processes share each phase's rate.
-    steps = {seconds(p["at"]) for u in scenario["unmanaged"] for j in u["job"]
+    # The load beside ours changes at its phases, the device at its declared
+    # changes; the noisy tenant's processes share each phase's rate.
+    steps = {seconds(p["at"]) for u in scenario.get("unmanaged", []) for j in u["job"]
              for p in j.get("phase", [])}
+    steps |= {seconds(c["at"]) for c in scenario["device"].get("change", [])}
     edges = sorted({0, seconds(scenario["duration"])} | steps)
     phases = list(zip(edges, edges[1:]))
     noisy = next(t for t in scenario["tenant"] if t.get("noisy"))
@@ -278,13 +286,17 @@ def shares_of(args):
 
 
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("stolen", "churn", "paced"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("stolen", "phases", "churn", "paced"):
         sys.exit(__doc__)
     if not os.access(IOFLOOR, os.X_OK):
         sys.exit("no iofloor binary at %s: run `cargo build --release` or set IOFLOOR" % IOFLOOR)
     with tempfile.TemporaryDirectory() as work:
         if sys.argv[1] == "stolen":
-            stolen(work)
+            phases(work, "stolen")
+        elif sys.argv[1] == "phases":
+            if len(sys.argv) < 3:
+                sys.exit(__doc__)
+            phases(work, sys.argv[2])
         elif sys.argv[1] == "paced":
             if len(sys.argv) < 3:
                 sys.exit(__doc__)
