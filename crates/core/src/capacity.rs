@@ -813,11 +813,16 @@ impl CapacityLoop {
             self.probe_wait = (self.probe_wait * 2).min(HOLD_BEYOND_INTERVALS);
         }
         self.last_overload = Some((level.max(self.estimate), 0));
+        self.reset_steps();
+        self.overload_latency_us = obs.latency_us;
+        Verdict::Overloaded
+    }
+
+    /// Every growth step back to its first: after a cut, growing starts over.
+    fn reset_steps(&mut self) {
         self.step = STEP_MIN;
         self.probe_step = PROBE_STEP;
         self.learn_step = PROBE_STEP;
-        self.overload_latency_us = obs.latency_us;
-        Verdict::Overloaded
     }
 
     /// How far below what was served an overload cuts, as a factor: not
@@ -877,9 +882,7 @@ impl CapacityLoop {
         // it, the level known good may be regained, never probed past.
         if self.estimate > self.model {
             self.estimate = (self.estimate * SATURATED_STEP).max(self.model);
-            self.step = STEP_MIN;
-            self.probe_step = PROBE_STEP;
-            self.learn_step = PROBE_STEP;
+            self.reset_steps();
             Verdict::Saturated
         } else if obs.wants_more {
             self.grow(high, Load::Over(1.0), s, obs);
@@ -918,10 +921,11 @@ impl CapacityLoop {
             .filter(|p| SERVED_STEADY * p.1 <= served)
             .map(|p| p.0)
             .fold(f64::INFINITY, f64::min);
-        if self.recent_points.len() == SPEED_UP_INTERVALS {
-            self.recent_points.pop_front();
-        }
-        self.recent_points.push_back((latency, served));
+        push_bounded(
+            &mut self.recent_points,
+            (latency, served),
+            SPEED_UP_INTERVALS,
+        );
         before && load == Some(Load::Clear) && served > 0.0 && latency <= SPED_UP * lowest
     }
 
@@ -1186,7 +1190,7 @@ fn share_handed_out(obs: &Observation) -> f64 {
 }
 
 /// Appends `value` to a window of the last `len` values, dropping the oldest.
-fn push_bounded(window: &mut std::collections::VecDeque<f64>, value: f64, len: usize) {
+fn push_bounded<T>(window: &mut std::collections::VecDeque<T>, value: T, len: usize) {
     if window.len() == len {
         window.pop_front();
     }
@@ -2018,15 +2022,22 @@ mod tests {
         assert_eq!(c.estimate(), before);
     }
 
-    /// A loop whose last overload (another load beside ours) left it at
-    /// 0.6 of the model, held there since by a steady load at 500 µs.
-    fn held_below_the_model_by_a_load_beside_ours() -> CapacityLoop {
+    /// A loop with a baseline of 300 µs, just cut by an overload (a queue
+    /// of 10 at 1.5 ms) that served 0.6 of the model.
+    fn overloaded_at_0_6() -> CapacityLoop {
         let mut c = with_baseline(300.0, 1.0);
         c.update(&Observation {
             avg_queue: Some(10.0),
             ..obs(1500.0, 0.6, true, true)
         });
         assert_eq!(c.verdict(), Verdict::Overloaded);
+        c
+    }
+
+    /// A loop whose last overload (another load beside ours) left it at
+    /// 0.6 of the model, held there since by a steady load at 500 µs.
+    fn held_below_the_model_by_a_load_beside_ours() -> CapacityLoop {
+        let mut c = overloaded_at_0_6();
         // Back to the overload's level, before probes past it begin.
         for _ in 1..PROBE_WAIT_FIRST {
             let served = 0.97 * c.estimate();
@@ -2066,11 +2077,7 @@ mod tests {
         // 400 IOPS. In the interval it falls the quiet tenants catch up
         // (0.628 served against 0.600), and in the next the latency is a
         // ninth of what it was at 0.607.
-        let mut c = with_baseline(300.0, 1.0);
-        c.update(&Observation {
-            avg_queue: Some(10.0),
-            ..obs(1500.0, 0.6, true, true)
-        });
+        let mut c = overloaded_at_0_6();
         for _ in 0..5 {
             c.update(&Observation {
                 avg_queue: Some(3.4),
