@@ -301,8 +301,8 @@ fn floors_hold_when_the_device_is_not_what_the_model_says() {
 /// Issue 32: capacity is learned from what the device can do, not from how
 /// far its latency rose. Bursts from idle with floors at 78 % of a FIFO
 /// device, a model 3x too pessimistic, a backup outside every managed
-/// cgroup, a capacity sawing between half and 1.1 of the model, a cluster host whose agent died for good: floors hold and the
-/// device is used.
+/// cgroup, a capacity sawing between half and 1.1 of the model, a cluster
+/// host whose agent died for good: floors hold and the device is used.
 #[test]
 fn capacity_is_learned_from_what_the_device_can_do() {
     let policies = [PolicyKind::Static, PolicyKind::Floor];
