@@ -2,7 +2,7 @@
 # Fuzzes iofloor's parsers with AFL++ (cargo-afl, stable Rust): every target
 # of fuzz/src/lib.rs, or those named, from its seed corpus in fuzz/corpus.
 #
-#   scripts/fuzz.sh                      # 60 s per target (scripts/test.sh: FUZZ_SECONDS)
+#   scripts/fuzz.sh                      # 60 s per target (scripts/test.sh runs it with IOFLOOR_FUZZ_SECONDS set)
 #   scripts/fuzz.sh --seconds 300 qmp    # one target for 5 minutes
 #   scripts/fuzz.sh --execs 1000000      # each target to a million runs
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The soak with crashes (crates/iofloor/tests/soak.rs): `iofloor run` over
-# the rig for DURATION (default 1h; 5m in CI) while tenants come and go, load
+# the rig for DURATION (default 1h; 2m in scripts/test.sh) while tenants come and go, load
 # changes, a QEMU guest comes and goes, the config is reloaded, floors change
 # over the API, and the daemon is SIGKILLed and restarted. Prints its figures
 # and fails on a throttle the state file does not own, a limit not restored,
@@ -18,4 +18,6 @@ case $duration in
   *) secs=$duration ;;
 esac
 [[ $secs =~ ^[0-9]+$ && $secs -ge 60 ]] || { echo "soak.sh: DURATION must be at least 60s, got \`$duration\`" >&2; exit 2; }
-IOFLOOR_SOAK_SECS=$secs cargo test --locked -q -p iofloor --test soak -- --ignored --nocapture
+# The whole workspace's features, as the suite builds them: `-p iofloor`
+# alone would build the binaries again with fewer features.
+IOFLOOR_SOAK_SECS=$secs cargo test --workspace --locked -q --test soak -- --ignored --nocapture

@@ -55,6 +55,15 @@ pub fn check_time_scale(time_scale: f64) -> anyhow::Result<()> {
     }
 }
 
+/// An alone run's length: at least 2 s, or its p99 means nothing.
+pub fn check_alone_secs(secs: f64) -> anyhow::Result<()> {
+    if secs.is_finite() && secs >= 2.0 {
+        Ok(())
+    } else {
+        Err(bad(format!("--alone-secs must be at least 2, got {secs}")))
+    }
+}
+
 pub fn bench_error(e: iofloor_bench::BenchError) -> anyhow::Error {
     match e {
         iofloor_bench::BenchError::Invalid(m) => bad(m),

@@ -505,7 +505,7 @@ fn bench_refuses_bad_input_with_exit_2_and_creates_nothing() {
 fn start_bench(rig: &TestRig, out: &Path) -> std::process::Child {
     let child = Command::new(bin())
         .arg("bench")
-        .args(noisy4_floor(&rig.device, "0.1", "30"))
+        .args(noisy4_floor(&rig.device, "0.1", "12"))
         .arg("--out")
         .arg(out)
         .stdout(Stdio::null())

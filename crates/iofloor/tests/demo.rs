@@ -69,8 +69,11 @@ fn the_demo_runs_from_a_fresh_directory_with_its_relative_default_out() {
     }
     let cwd = tempfile::tempdir().unwrap();
     let cgroups_before = bench_cgroups();
-    // noisy-4 at 0.03: 18 s per policy, the four alone runs 10 s each.
-    let out = iofloor_in(cwd.path(), &["demo", "--time-scale", "0.03"]);
+    // noisy-4 at 0.03: 18 s per policy, the four alone runs 3 s each.
+    let out = iofloor_in(
+        cwd.path(),
+        &["demo", "--time-scale", "0.03", "--alone-secs", "3"],
+    );
     assert!(out.status.success(), "demo failed: {}", stderr(&out));
     let results = cwd.path().join("results/demo");
     for f in [
@@ -125,6 +128,14 @@ fn the_demo_refuses_an_out_it_cannot_use_and_makes_nothing() {
         assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
     }
     assert!(!Path::new("/proc/iofloor-demo-test").exists());
+    // An alone run too short to mean anything, refused before the rig.
+    let out = iofloor_in(cwd.path(), &["demo", "--alone-secs", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--alone-secs must be at least 2, got 1"),
+        "{}",
+        stderr(&out)
+    );
     let mut left: Vec<_> = std::fs::read_dir(cwd.path())
         .unwrap()
         .flatten()

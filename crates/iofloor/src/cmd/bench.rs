@@ -1,8 +1,8 @@
 //! `bench`, `calibrate` and `lag`: real fio on a real block device.
 
 use crate::common::{
-    absolute, bad, bench_error, calibrate_error, check_time_scale, load_model, load_scenario,
-    parse_policies, progress_bar, stop_flag,
+    absolute, bad, bench_error, calibrate_error, check_alone_secs, check_time_scale, load_model,
+    load_scenario, parse_policies, progress_bar, stop_flag,
 };
 use anyhow::Context;
 use clap::Args;
@@ -92,12 +92,7 @@ fn bench_plan(
     let mut sc = load_scenario(&args.scenario)?;
     let policies = parse_policies(&args.policies)?;
     check_time_scale(args.time_scale)?;
-    if !(args.alone_secs.is_finite() && args.alone_secs >= 2.0) {
-        return Err(bad(format!(
-            "--alone-secs must be at least 2, got {}",
-            args.alone_secs
-        )));
-    }
+    check_alone_secs(args.alone_secs)?;
     if args.time_scale != 1.0 {
         sc = sc.time_scaled(args.time_scale);
     }

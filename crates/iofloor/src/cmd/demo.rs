@@ -3,7 +3,7 @@
 //! and everything it made removed again.
 
 use crate::cmd::bench::{bench, BenchArgs};
-use crate::common::{absolute, bad, check_time_scale, load_scenario};
+use crate::common::{absolute, bad, check_alone_secs, check_time_scale, load_scenario};
 use clap::Args;
 use iofloor_testbed::rig::{Rig, RigSpec};
 use std::path::{Path, PathBuf};
@@ -18,6 +18,10 @@ pub struct DemoArgs {
     /// Results directory; must be new or empty (relative to the current directory).
     #[arg(long, default_value = "results/demo")]
     out: PathBuf,
+    /// Length of each tenant's alone run (its p99 baseline), seconds, as
+    /// `iofloor bench --alone-secs`.
+    #[arg(long, default_value_t = 10.0)]
+    alone_secs: f64,
 }
 
 /// Makes `out` ready for a demo's results: absent or an empty directory,
@@ -77,6 +81,7 @@ impl Drop for RigGuard {
 pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let sc = load_scenario(&args.scenario)?;
     check_time_scale(args.time_scale)?;
+    check_alone_secs(args.alone_secs)?;
     let out = absolute("--out", &args.out)?;
     prepare_out(&out)?;
     // A rig that serves as many I/Os as the scenario's device does for its mix.
@@ -114,7 +119,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
         json: false,
         model: None,
         cgroup_root: PathBuf::from("/sys/fs/cgroup/blkio"),
-        alone_secs: 10.0,
+        alone_secs: args.alone_secs,
         vm_path: "cgroup".into(),
         rig_state_dir: state,
     })
