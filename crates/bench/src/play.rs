@@ -97,6 +97,115 @@ pub(crate) fn play(
     })
 }
 
+/// One backend per host's device: its cgroups, and QEMU paths over QMP.
+fn backends(opts: &BenchOptions, devs: &[DevId]) -> Result<Vec<HybridBackend>> {
+    devs.iter()
+        .map(|&dev| {
+            Ok(HybridBackend {
+                cgroups: CgroupBackend::new(
+                    iofloor_host::cgroup::controller(&opts.cgroup_root, dev)?,
+                    Some(DiskStats::proc(dev)),
+                ),
+                qmp: QmpBackend::new(Duration::from_secs(2)),
+                libvirt: None,
+            })
+        })
+        .collect()
+}
+
+/// Puts each tenant where it does its I/O, in its host's backend: a VM
+/// behind a QEMU path of its own (with `--vm-path`), else a cgroup on the
+/// host's device; returns each one's device.
+fn place_tenants(
+    scenario: &Scenario,
+    opts: &BenchOptions,
+    placement: &Placement,
+    session: &mut Session,
+    backends: &mut [HybridBackend],
+    work: &Path,
+) -> Result<Vec<PathBuf>> {
+    let mut tenant_device = Vec::with_capacity(scenario.tenants.len());
+    for (i, t) in scenario.tenants.iter().enumerate() {
+        let host = placement.tenant_host[i];
+        let backend = &mut backends[host];
+        if opts.vm_paths && t.spec.class == iofloor_core::TenantClass::Vm {
+            let vm = session.add_vm_path(&opts.device, &work.join("vm-paths"))?;
+            let disk = vm.device.clone().expect("a started VM path has a device");
+            let stats_device = DevId::of_block_device(&disk)?;
+            backend.qmp.add_tenant(
+                &t.spec.name,
+                &vm.socket,
+                QmpTarget::Group {
+                    group: "dev".into(),
+                    stats_device,
+                },
+            );
+            tenant_device.push(disk);
+        } else {
+            backend
+                .cgroups
+                .add_tenant(&t.spec.name, session.tenant_cgroup(i).to_path_buf());
+            tenant_device.push(placement.devices[host].0.clone());
+        }
+    }
+    Ok(tenant_device)
+}
+
+/// The policy `kind` over the scenario's tenants, as the daemon builds it.
+fn policy_controller(scenario: &Scenario, kind: PolicyKind) -> Controller {
+    let ctx = PolicyContext {
+        cost: scenario.policy_model,
+        capacity: 1.0,
+    };
+    let specs = scenario
+        .tenants
+        .iter()
+        .map(|t| Arc::new(t.spec.clone()))
+        .collect();
+    Controller::new(policy::build(kind, &scenario.policy, ctx), specs)
+}
+
+/// Where a run stands on its schedule: the next process change, device
+/// change, tick, look and window, and when the last window closed.
+struct Clock {
+    next_change: usize,
+    next_device_change: usize,
+    next_tick: Duration,
+    next_look: Duration,
+    next_window: Duration,
+    last_window_at: Duration,
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock {
+            next_change: 0,
+            next_device_change: 0,
+            next_tick: Duration::ZERO,
+            next_look: Duration::ZERO,
+            next_window: Duration::from_secs(1),
+            last_window_at: Duration::ZERO,
+        }
+    }
+}
+
+/// The counters at the last window's end, each window measured from them,
+/// and what the rig could do.
+struct Meter {
+    counters: Vec<Counters>,
+    diskstats: Vec<DiskStats>,
+    disk: Vec<DiskStat>,
+    truth: RigTruth,
+}
+
+/// The policy's decision times, and the tenants whose errors were said
+/// (each once).
+#[derive(Default)]
+struct Decisions {
+    stats: DecisionStats,
+    errors_seen: std::collections::HashSet<String>,
+}
+
 /// A run in progress: its resources and the controller.
 struct Play<'s> {
     scenario: &'s Scenario,
@@ -144,43 +253,15 @@ impl<'s> Play<'s> {
         }
         session.set_regions(max_procs, region);
 
-        let mut backends = devs
-            .iter()
-            .map(|&dev| {
-                Ok(HybridBackend {
-                    cgroups: CgroupBackend::new(
-                        iofloor_host::cgroup::controller(&opts.cgroup_root, dev)?,
-                        Some(DiskStats::proc(dev)),
-                    ),
-                    qmp: QmpBackend::new(Duration::from_secs(2)),
-                    libvirt: None,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let mut tenant_device = Vec::with_capacity(scenario.tenants.len());
-        for (i, t) in scenario.tenants.iter().enumerate() {
-            let host = placement.tenant_host[i];
-            let backend = &mut backends[host];
-            if opts.vm_paths && t.spec.class == iofloor_core::TenantClass::Vm {
-                let vm = session.add_vm_path(&opts.device, &work.join("vm-paths"))?;
-                let disk = vm.device.clone().expect("a started VM path has a device");
-                let stats_device = DevId::of_block_device(&disk)?;
-                backend.qmp.add_tenant(
-                    &t.spec.name,
-                    &vm.socket,
-                    QmpTarget::Group {
-                        group: "dev".into(),
-                        stats_device,
-                    },
-                );
-                tenant_device.push(disk);
-            } else {
-                backend
-                    .cgroups
-                    .add_tenant(&t.spec.name, session.tenant_cgroup(i).to_path_buf());
-                tenant_device.push(placement.devices[host].0.clone());
-            }
-        }
+        let mut backends = backends(opts, &devs)?;
+        let mut tenant_device = place_tenants(
+            scenario,
+            opts,
+            &placement,
+            &mut session,
+            &mut backends,
+            &work,
+        )?;
         let rig = crate::rig_of(&opts.device, &opts.rig_state_dir);
         for u in &scenario.unmanaged {
             let device = match (u.origin, &rig) {
@@ -199,21 +280,9 @@ impl<'s> Play<'s> {
         }
         let (controller, agents) = match driver {
             Driver::Nothing => (None, None),
-            Driver::Policy(kind) => (Some(kind), None),
+            Driver::Policy(kind) => (Some(policy_controller(scenario, kind)), None),
             Driver::Agents(plan) => (None, Some(plan.start(scenario, &session, &work)?)),
         };
-        let controller = controller.map(|k| {
-            let ctx = PolicyContext {
-                cost: scenario.policy_model,
-                capacity: 1.0,
-            };
-            let specs = scenario
-                .tenants
-                .iter()
-                .map(|t| Arc::new(t.spec.clone()))
-                .collect();
-            Controller::new(policy::build(k, &scenario.policy, ctx), specs)
-        });
         Ok(Play {
             scenario,
             agents,
@@ -238,11 +307,8 @@ impl<'s> Play<'s> {
         let scenario = self.scenario;
         let model = scenario.policy_model;
         let n = scenario.tenants.len();
-        let plan = changes(scenario);
-        let mut next_change = 0;
-        let mut next_device_change = 0;
         let duration = scenario.duration;
-        let seq: Vec<f64> = (0..n).map(|i| seq_share(scenario, i)).collect();
+        let plan = changes(scenario);
         let mut running: Vec<Vec<u32>> = scenario
             .tenants
             .iter()
@@ -251,28 +317,11 @@ impl<'s> Play<'s> {
             .map(|jobs| vec![0; jobs])
             .collect();
         let mut windows: Vec<Window> = Vec::new();
-        let mut last_counters: Vec<Counters> = scenario
-            .tenants
-            .iter()
-            .enumerate()
-            .map(|(i, t)| self.read_counters(i, &t.spec))
-            .collect::<Result<_>>()?;
-        let diskstats: Vec<DiskStats> = self.devs.iter().map(|d| DiskStats::proc(*d)).collect();
-        let mut last_disk: Vec<DiskStat> = diskstats
-            .iter()
-            .map(|d| d.read().map_err(BenchError::from))
-            .collect::<Result<_>>()?;
-        let mut decisions = DecisionStats::default();
-        let mut errors_seen = std::collections::HashSet::new();
-        let mut truth = RigTruth::new(self.rig.as_ref().map(|r| r.spec));
-
+        let mut meter = self.meter()?;
+        let mut decisions = Decisions::default();
         let start = Instant::now();
         self.session.start = Some(start);
-        let mut next_tick = Duration::ZERO;
-        let look_every = scenario.watch_interval;
-        let mut next_look = Duration::ZERO;
-        let mut next_window = Duration::from_secs(1);
-        let mut last_window_at = Duration::ZERO;
+        let mut clock = Clock::default();
         // What each tenant asks during the open window: what ran at its
         // start. Taken at its end, a phase starting right at the boundary
         // (a noisy tenant back at 30 s) made the idle window before it ask
@@ -288,126 +337,36 @@ impl<'s> Play<'s> {
                 return Err(BenchError::Interrupted);
             }
             let now = start.elapsed();
-            while next_change < plan.len() && plan[next_change].at <= now {
-                let c = plan[next_change];
-                let job = job_of(scenario, c.tenant, c.job);
-                let remaining = duration.saturating_sub(now).as_secs_f64() + 1.0;
-                self.session.set_processes(
-                    c.tenant,
-                    c.job,
-                    job,
-                    c.numjobs,
-                    c.iodepth,
-                    remaining,
-                    &self.tenant_device[c.tenant],
-                    &self.work,
-                )?;
-                running[c.tenant][c.job] = c.numjobs;
-                next_change += 1;
-            }
-            while let Some(&(at, factor)) = scenario.device.changes.get(next_device_change) {
-                if at > now {
-                    break;
-                }
-                if let Some(agents) = self.agents.as_mut() {
-                    agents.change_capacity(factor)?;
-                } else {
-                    let rig = self.rig.as_ref().ok_or_else(|| {
-                        BenchError::Invalid("`device.change` needs a rig behind the device".into())
-                    })?;
-                    self.session.change_rig_capacity(rig, factor)?;
-                    truth.change(factor);
-                }
-                next_device_change += 1;
-            }
+            self.start_processes(&plan, &mut clock, now, &mut running)?;
+            self.change_device(&mut clock, now, &mut meter.truth)?;
             if let Some(agents) = self.agents.as_mut() {
                 agents.play_events(now)?;
                 if let Some(msg) = agents.check()? {
                     return Err(BenchError::Failed(msg));
                 }
             }
-            if let Some(ctrl) = self.controller.as_mut() {
-                let early = match look_every {
-                    Some(every) if now >= next_look && now < next_tick => {
-                        next_look = now + every;
-                        ctrl.look(now, &mut self.backends[0])
-                    }
-                    _ => false,
-                };
-                if now >= next_tick || early {
-                    let report = if early {
-                        ctrl.tick_early(now, &mut self.backends[0])
-                    } else {
-                        ctrl.tick(now, &mut self.backends[0])
-                    };
-                    decisions.record(report.decision_time);
-                    for (tenant, e) in report.errors {
-                        if errors_seen.insert(tenant.clone()) {
-                            eprintln!("warning: tenant {tenant}: {e}");
-                        }
-                    }
-                    next_tick = if early {
-                        now + scenario.interval
-                    } else {
-                        next_tick + scenario.interval
-                    };
-                    if let Some(every) = look_every {
-                        next_look = now + every;
-                    }
-                }
-            }
+            self.control(&mut clock, now, &mut decisions);
             let demand = window_demand.get_or_insert_with(|| demand_now(&running));
-            if now >= next_window {
+            if now >= clock.next_window {
                 // The time the counters really span: a stop of slow fio
                 // processes may have held the loop past the window's end,
                 // and a 1 s divisor would then show a burst and a gap.
-                let secs = now.saturating_sub(last_window_at).as_secs_f64().max(1e-3);
-                last_window_at = now;
-                let mut tenants = Vec::with_capacity(n);
-                for (i, t) in scenario.tenants.iter().enumerate() {
-                    let cur = self.read_counters(i, &t.spec)?;
-                    tenants.push(TenantWindow {
-                        got: window_throughput(&last_counters[i], &cur, secs, seq[i], &model),
-                        demand: demand[i],
-                        mean_latency_ms: None,
-                        cap_cost: None,
-                    });
-                    last_counters[i] = cur;
-                }
-                // On the cluster bed each host's disk counters hold only its
-                // own I/O: the queues add up, the busiest host's utilisation
-                // is the device's least.
-                let (mut avg_queue, mut utilisation) = (0.0, 0.0f64);
-                for (stats, last) in diskstats.iter().zip(last_disk.iter_mut()) {
-                    let disk = stats.read()?;
-                    avg_queue += disk.time_in_queue_ms.saturating_sub(last.time_in_queue_ms) as f64
-                        / 1000.0
-                        / secs;
-                    utilisation = utilisation.max(
-                        (disk.io_ticks_ms.saturating_sub(last.io_ticks_ms) as f64 / 1000.0 / secs)
-                            .min(1.0),
-                    );
-                    *last = disk;
-                }
-                let device = DeviceWindow {
-                    avg_queue,
-                    utilisation,
-                    mean_latency_ms: None,
-                    capacity: self.controller.as_ref().and_then(|c| c.capacity_estimate()),
-                    true_capacity: truth.for_window(&tenants),
-                    // Filled in from the unmanaged jobs' fio logs at the end.
-                    unmanaged: None,
-                };
+                let secs = now
+                    .saturating_sub(clock.last_window_at)
+                    .as_secs_f64()
+                    .max(1e-3);
+                clock.last_window_at = now;
+                let (tenants, device) = self.measure(&mut meter, demand, secs)?;
                 *demand = demand_now(&running);
                 // Every window the span covers gets its mean rates, so
                 // window k stays second k (the latency logs are binned so).
-                while next_window <= now {
+                while clock.next_window <= now {
                     windows.push(Window {
-                        t: next_window.as_secs_f64() - 1.0,
+                        t: clock.next_window.as_secs_f64() - 1.0,
                         tenants: tenants.clone(),
                         device: device.clone(),
                     });
-                    next_window += Duration::from_secs(1);
+                    clock.next_window += Duration::from_secs(1);
                 }
                 progress((now.as_secs_f64() / duration.as_secs_f64()).min(1.0));
             }
@@ -417,29 +376,197 @@ impl<'s> Play<'s> {
             if now >= duration {
                 break;
             }
-            let wake = [
-                next_window,
-                next_tick,
-                look_every.map_or(duration, |_| next_look),
-                plan.get(next_change).map(|c| c.at).unwrap_or(duration),
-                scenario
-                    .device
-                    .changes
-                    .get(next_device_change)
-                    .map_or(duration, |c| c.0),
-                self.agents
-                    .as_ref()
-                    .and_then(Agents::next_event)
-                    .unwrap_or(duration),
-                duration,
-            ]
-            .into_iter()
-            .filter(|t| *t > now)
-            .min()
-            .unwrap_or(now);
+            let wake = self.next_wake(&clock, &plan, now);
             std::thread::sleep((wake - now).min(Duration::from_millis(50)));
         }
-        Ok((windows, decisions))
+        Ok((windows, decisions.stats))
+    }
+
+    /// The counters every window is measured from, as they are now.
+    fn meter(&mut self) -> Result<Meter> {
+        let scenario = self.scenario;
+        let counters = scenario
+            .tenants
+            .iter()
+            .enumerate()
+            .map(|(i, t)| self.read_counters(i, &t.spec))
+            .collect::<Result<_>>()?;
+        let diskstats: Vec<DiskStats> = self.devs.iter().map(|d| DiskStats::proc(*d)).collect();
+        let disk = diskstats
+            .iter()
+            .map(|d| d.read().map_err(BenchError::from))
+            .collect::<Result<_>>()?;
+        Ok(Meter {
+            counters,
+            diskstats,
+            disk,
+            truth: RigTruth::new(self.rig.as_ref().map(|r| r.spec)),
+        })
+    }
+
+    /// Starts and stops the fio processes whose time in `plan` has come.
+    fn start_processes(
+        &mut self,
+        plan: &[Change],
+        clock: &mut Clock,
+        now: Duration,
+        running: &mut [Vec<u32>],
+    ) -> Result<()> {
+        while let Some(&c) = plan.get(clock.next_change).filter(|c| c.at <= now) {
+            let job = job_of(self.scenario, c.tenant, c.job);
+            let remaining = self.scenario.duration.saturating_sub(now).as_secs_f64() + 1.0;
+            self.session.set_processes(
+                c.tenant,
+                c.job,
+                job,
+                c.numjobs,
+                c.iodepth,
+                remaining,
+                &self.tenant_device[c.tenant],
+                &self.work,
+            )?;
+            running[c.tenant][c.job] = c.numjobs;
+            clock.next_change += 1;
+        }
+        Ok(())
+    }
+
+    /// Changes the device's capacity where the scenario says it changes by
+    /// now: through the agents on the cluster bed, else on the rig, whose
+    /// true capacity `truth` follows.
+    fn change_device(
+        &mut self,
+        clock: &mut Clock,
+        now: Duration,
+        truth: &mut RigTruth,
+    ) -> Result<()> {
+        let changes = &self.scenario.device.changes;
+        while let Some(&(_, factor)) = changes.get(clock.next_device_change).filter(|c| c.0 <= now)
+        {
+            if let Some(agents) = self.agents.as_mut() {
+                agents.change_capacity(factor)?;
+            } else {
+                let rig = self.rig.as_ref().ok_or_else(|| {
+                    BenchError::Invalid("`device.change` needs a rig behind the device".into())
+                })?;
+                self.session.change_rig_capacity(rig, factor)?;
+                truth.change(factor);
+            }
+            clock.next_device_change += 1;
+        }
+        Ok(())
+    }
+
+    /// The policy's tick when its time has come, or an early one when a
+    /// look between intervals asks for it.
+    fn control(&mut self, clock: &mut Clock, now: Duration, decisions: &mut Decisions) {
+        let Some(ctrl) = self.controller.as_mut() else {
+            return;
+        };
+        let interval = self.scenario.interval;
+        let look_every = self.scenario.watch_interval;
+        let early = match look_every {
+            Some(every) if now >= clock.next_look && now < clock.next_tick => {
+                clock.next_look = now + every;
+                ctrl.look(now, &mut self.backends[0])
+            }
+            _ => false,
+        };
+        if now < clock.next_tick && !early {
+            return;
+        }
+        let report = if early {
+            ctrl.tick_early(now, &mut self.backends[0])
+        } else {
+            ctrl.tick(now, &mut self.backends[0])
+        };
+        decisions.stats.record(report.decision_time);
+        for (tenant, e) in report.errors {
+            if decisions.errors_seen.insert(tenant.clone()) {
+                eprintln!("warning: tenant {tenant}: {e}");
+            }
+        }
+        clock.next_tick = if early {
+            now + interval
+        } else {
+            clock.next_tick + interval
+        };
+        if let Some(every) = look_every {
+            clock.next_look = now + every;
+        }
+    }
+
+    /// The window that ends now, `secs` long: each tenant's throughput
+    /// against what it asked (`demand`), and the device's.
+    fn measure(
+        &mut self,
+        meter: &mut Meter,
+        demand: &[Option<Throughput>],
+        secs: f64,
+    ) -> Result<(Vec<TenantWindow>, DeviceWindow)> {
+        let scenario = self.scenario;
+        let mut tenants = Vec::with_capacity(scenario.tenants.len());
+        for (i, t) in scenario.tenants.iter().enumerate() {
+            let cur = self.read_counters(i, &t.spec)?;
+            let seq = seq_share(scenario, i);
+            tenants.push(TenantWindow {
+                got: window_throughput(&meter.counters[i], &cur, secs, seq, &scenario.policy_model),
+                demand: demand[i],
+                mean_latency_ms: None,
+                cap_cost: None,
+            });
+            meter.counters[i] = cur;
+        }
+        // On the cluster bed each host's disk counters hold only its own
+        // I/O: the queues add up, the busiest host's utilisation is the
+        // device's least.
+        let (mut avg_queue, mut utilisation) = (0.0, 0.0f64);
+        for (stats, last) in meter.diskstats.iter().zip(meter.disk.iter_mut()) {
+            let disk = stats.read()?;
+            let queue_ms = disk.time_in_queue_ms.saturating_sub(last.time_in_queue_ms);
+            let busy_ms = disk.io_ticks_ms.saturating_sub(last.io_ticks_ms);
+            avg_queue += queue_ms as f64 / 1000.0 / secs;
+            utilisation = utilisation.max((busy_ms as f64 / 1000.0 / secs).min(1.0));
+            *last = disk;
+        }
+        let device = DeviceWindow {
+            avg_queue,
+            utilisation,
+            mean_latency_ms: None,
+            capacity: self.controller.as_ref().and_then(|c| c.capacity_estimate()),
+            true_capacity: meter.truth.for_window(&tenants),
+            // Filled in from the unmanaged jobs' fio logs at the end.
+            unmanaged: None,
+        };
+        Ok((tenants, device))
+    }
+
+    /// When the loop next has something to do (at most the run's end).
+    fn next_wake(&self, clock: &Clock, plan: &[Change], now: Duration) -> Duration {
+        let scenario = self.scenario;
+        let duration = scenario.duration;
+        [
+            clock.next_window,
+            clock.next_tick,
+            scenario
+                .watch_interval
+                .map_or(duration, |_| clock.next_look),
+            plan.get(clock.next_change).map_or(duration, |c| c.at),
+            scenario
+                .device
+                .changes
+                .get(clock.next_device_change)
+                .map_or(duration, |c| c.0),
+            self.agents
+                .as_ref()
+                .and_then(Agents::next_event)
+                .unwrap_or(duration),
+            duration,
+        ]
+        .into_iter()
+        .filter(|t| *t > now)
+        .min()
+        .unwrap_or(now)
     }
 
     fn read_counters(

@@ -186,67 +186,19 @@ impl Allocator {
         reports.sort_by(|a, b| a.host.cmp(&b.host));
         reports.dedup_by(|a, b| a.host == b.host);
         let ghosts = self.ghosts(now, &reports, standing);
-
-        let mut samples = Vec::new();
-        let mut owners = Vec::new();
-        let mut promises: BTreeMap<&str, Vec<(&str, &TenantSpec)>> = BTreeMap::new();
-        for r in &reports {
-            for t in &r.tenants {
-                promises
-                    .entry(t.spec.name.as_str())
-                    .or_default()
-                    .push((r.host.as_str(), &t.spec));
-                let mut spec = t.spec.clone();
-                spec.name = qualified(&r.host, &t.spec.name);
-                samples.push(TenantSample {
-                    spec: Arc::new(spec),
-                    usage: t.usage,
-                    caps: t.caps,
-                });
-                owners.push((r.host.as_str(), t.spec.name.as_str()));
-            }
-        }
-        let conflicts = promises
-            .into_iter()
-            .filter(|(_, specs)| {
-                specs.windows(2).any(|w| {
-                    let (a, b) = (w[0].1, w[1].1);
-                    a.floor != b.floor || a.ceiling != b.ceiling || a.weight != b.weight
-                })
-            })
-            .map(|(tenant, specs)| Conflict {
-                tenant: tenant.to_string(),
-                hosts: specs.iter().map(|(h, _)| h.to_string()).collect(),
-            })
-            .collect();
-
+        let (samples, owners) = every_tenant(&reports);
         let interval = reports
             .iter()
             .map(|r| r.interval_s)
             .filter(|s| s.is_finite() && *s > 0.0)
             .fold(0.0, f64::max);
         let foreign_load: f64 = ghosts.iter().map(|g| g.load).sum();
-        let reported = self.load_of(samples.iter().map(|t| &t.usage));
-        let device = merge_device(reports.iter().filter_map(|r| r.local_device)).map(|mut d| {
-            // The quiet hosts' I/O waits in the same queue as the reporting
-            // hosts' but shows in none of their counters: by Little's law,
-            // the device's queue is larger by its share of what is served.
-            // Uncounted, a knee judged the device at 0.49 of it, clear room
-            // to probe past the model, and every probe overshot (simulated
-            // `noisy-20-cluster`, after the allocator's host was killed).
-            if foreign_load > 0.0 && reported > 0.0 {
-                let whole = (reported + foreign_load) / reported;
-                d.avg_queue *= whole;
-                d.iops *= whole;
-            }
-            d
-        });
         let snapshot = Snapshot {
             now,
             // Reports are checked when read; saturating keeps a report made
             // in memory by a caller from panicking here.
             interval: Duration::try_from_secs_f64(interval).unwrap_or(Duration::MAX),
-            device,
+            device: self.device_seen(&reports, &samples, foreign_load),
             tenants: &samples,
             foreign_load,
         };
@@ -290,11 +242,36 @@ impl Allocator {
             .collect();
         Round {
             allocations,
-            conflicts,
+            conflicts: conflicts(&reports),
             capacity,
             floors,
             ghosts,
         }
+    }
+
+    /// The device as the reporting hosts saw it together, with the load of
+    /// quiet hosts (`foreign_load`) added to its queue and throughput.
+    fn device_seen(
+        &self,
+        reports: &[&HostReport],
+        samples: &[TenantSample],
+        foreign_load: f64,
+    ) -> Option<DeviceSample> {
+        let reported = self.load_of(samples.iter().map(|t| &t.usage));
+        merge_device(reports.iter().filter_map(|r| r.local_device)).map(|mut d| {
+            // The quiet hosts' I/O waits in the same queue as the reporting
+            // hosts' but shows in none of their counters: by Little's law,
+            // the device's queue is larger by its share of what is served.
+            // Uncounted, a knee judged the device at 0.49 of it, clear room
+            // to probe past the model, and every probe overshot (simulated
+            // `noisy-20-cluster`, after the allocator's host was killed).
+            if foreign_load > 0.0 && reported > 0.0 {
+                let whole = (reported + foreign_load) / reported;
+                d.avg_queue *= whole;
+                d.iops *= whole;
+            }
+            d
+        })
     }
 
     /// What tenants used, in cost units per second (those without a
@@ -338,6 +315,52 @@ impl Allocator {
         ghosts.dedup_by(|a, b| a.host == b.host);
         ghosts
     }
+}
+
+/// Every reporting host's tenants as the policy sees them (named
+/// `host/tenant`), and each one's host and own name.
+fn every_tenant<'a>(reports: &[&'a HostReport]) -> (Vec<TenantSample>, Vec<(&'a str, &'a str)>) {
+    let mut samples = Vec::new();
+    let mut owners = Vec::new();
+    for r in reports {
+        for t in &r.tenants {
+            let mut spec = t.spec.clone();
+            spec.name = qualified(&r.host, &t.spec.name);
+            samples.push(TenantSample {
+                spec: Arc::new(spec),
+                usage: t.usage,
+                caps: t.caps,
+            });
+            owners.push((r.host.as_str(), t.spec.name.as_str()));
+        }
+    }
+    (samples, owners)
+}
+
+/// Tenants that hosts promise differently (floor, ceiling or weight).
+fn conflicts(reports: &[&HostReport]) -> Vec<Conflict> {
+    let mut promises: BTreeMap<&str, Vec<(&str, &TenantSpec)>> = BTreeMap::new();
+    for r in reports {
+        for t in &r.tenants {
+            promises
+                .entry(t.spec.name.as_str())
+                .or_default()
+                .push((r.host.as_str(), &t.spec));
+        }
+    }
+    promises
+        .into_iter()
+        .filter(|(_, specs)| {
+            specs.windows(2).any(|w| {
+                let (a, b) = (w[0].1, w[1].1);
+                a.floor != b.floor || a.ceiling != b.ceiling || a.weight != b.weight
+            })
+        })
+        .map(|(tenant, specs)| Conflict {
+            tenant: tenant.to_string(),
+            hosts: specs.iter().map(|(h, _)| h.to_string()).collect(),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -111,6 +111,67 @@ struct ClusterSection {
     key_file: Option<PathBuf>,
 }
 
+/// The cluster section's times, checked against each other and the interval.
+struct ClusterTiming {
+    lease_ttl: Duration,
+    stale_after: Duration,
+    orphan_timeout: Option<Duration>,
+    request_timeout: Duration,
+}
+
+impl ClusterSection {
+    fn timing(
+        &self,
+        interval: Duration,
+        bad: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<ClusterTiming, ConfigError> {
+        let lease_ttl = self
+            .lease_ttl
+            .map(|d| d.0)
+            .unwrap_or(Duration::from_secs(3));
+        // etcd's default election timeout is 1 s; a shorter lease would
+        // expire on an ordinary leader change.
+        if lease_ttl < Duration::from_secs(2) || lease_ttl.subsec_nanos() != 0 {
+            return Err(bad(
+                "lease_ttl",
+                format!("must be whole seconds, at least 2s, got {lease_ttl:?}"),
+            ));
+        }
+        let stale_after = self.stale_after.map(|d| d.0).unwrap_or(interval * 3);
+        if stale_after < interval {
+            return Err(bad(
+                "stale_after",
+                format!("must be at least the interval ({interval:?}), got {stale_after:?}"),
+            ));
+        }
+        let orphan_timeout = self.orphan_timeout.map(|d| d.0);
+        if let Some(timeout) = orphan_timeout.filter(|t| *t < lease_ttl) {
+            return Err(bad(
+                "orphan_timeout",
+                format!(
+                    "must be at least lease_ttl ({lease_ttl:?}): a host is quiet only once its lease ends, got {timeout:?}"
+                ),
+            ));
+        }
+        let request_timeout = self
+            .request_timeout
+            .map(|d| d.0)
+            .unwrap_or(interval.min(Duration::from_secs(1)));
+        if request_timeout < Duration::from_millis(50) {
+            return Err(bad(
+                "request_timeout",
+                format!("must be at least 50ms, got {request_timeout:?}"),
+            ));
+        }
+        Ok(ClusterTiming {
+            lease_ttl,
+            stale_after,
+            orphan_timeout,
+            request_timeout,
+        })
+    }
+}
+
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct LibvirtSection {
@@ -555,13 +616,15 @@ impl Checker<'_> {
                 "give at least one etcd endpoint, such as \"http://10.0.0.1:2379\"".into(),
             ));
         }
-        for e in &c.endpoints {
-            if !(e.starts_with("http://") || e.starts_with("https://")) {
-                return Err(bad(
-                    "endpoints",
-                    format!("`{e}` is not a URL such as http://10.0.0.1:2379"),
-                ));
-            }
+        if let Some(e) = c
+            .endpoints
+            .iter()
+            .find(|e| !(e.starts_with("http://") || e.starts_with("https://")))
+        {
+            return Err(bad(
+                "endpoints",
+                format!("`{e}` is not a URL such as http://10.0.0.1:2379"),
+            ));
         }
         let key_part = |key: &str, v: &str| -> Result<(), ConfigError> {
             if v.is_empty() || v.contains('/') || v.chars().any(char::is_whitespace) {
@@ -572,10 +635,10 @@ impl Checker<'_> {
             }
             Ok(())
         };
-        let name = c.name.unwrap_or_else(|| "iofloor".into());
+        let name = c.name.clone().unwrap_or_else(|| "iofloor".into());
         key_part("name", &name)?;
-        let host = match c.host {
-            Some(h) => h,
+        let host = match &c.host {
+            Some(h) => h.clone(),
             None => machine_hostname().map_err(|e| {
                 bad(
                     "host",
@@ -599,43 +662,30 @@ impl Checker<'_> {
         };
         let shared_device = c
             .shared_device
+            .clone()
             .unwrap_or_else(|| devices[device].name.clone());
         key_part("shared_device", &shared_device)?;
-        let lease_ttl = c.lease_ttl.map(|d| d.0).unwrap_or(Duration::from_secs(3));
-        // etcd's default election timeout is 1 s; a shorter lease would
-        // expire on an ordinary leader change.
-        if lease_ttl < Duration::from_secs(2) || lease_ttl.subsec_nanos() != 0 {
-            return Err(bad(
-                "lease_ttl",
-                format!("must be whole seconds, at least 2s, got {lease_ttl:?}"),
-            ));
-        }
-        let stale_after = c.stale_after.map(|d| d.0).unwrap_or(interval * 3);
-        if stale_after < interval {
-            return Err(bad(
-                "stale_after",
-                format!("must be at least the interval ({interval:?}), got {stale_after:?}"),
-            ));
-        }
-        let orphan_timeout = c.orphan_timeout.map(|d| d.0);
-        if let Some(timeout) = orphan_timeout.filter(|t| *t < lease_ttl) {
-            return Err(bad(
-                "orphan_timeout",
-                format!(
-                    "must be at least lease_ttl ({lease_ttl:?}): a host is quiet only once its lease ends, got {timeout:?}"
-                ),
-            ));
-        }
-        let request_timeout = c
-            .request_timeout
-            .map(|d| d.0)
-            .unwrap_or(interval.min(Duration::from_secs(1)));
-        if request_timeout < Duration::from_millis(50) {
-            return Err(bad(
-                "request_timeout",
-                format!("must be at least 50ms, got {request_timeout:?}"),
-            ));
-        }
+        let timing = c.timing(interval, &bad)?;
+        Ok(Some(ClusterConfig {
+            name,
+            host,
+            device,
+            shared_device,
+            lease_ttl: timing.lease_ttl,
+            stale_after: timing.stale_after,
+            orphan_timeout: timing.orphan_timeout,
+            etcd: self.etcd_options(c, timing.request_timeout, &bad)?,
+        }))
+    }
+
+    /// How the cluster section says to reach etcd (endpoints checked):
+    /// credentials and TLS files (which must exist).
+    fn etcd_options(
+        &self,
+        c: ClusterSection,
+        request_timeout: Duration,
+        bad: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<iofloor_cluster::EtcdOptions, ConfigError> {
         let password = match (c.password, c.password_file) {
             (Some(_), Some(_)) => {
                 return Err(bad(
@@ -646,12 +696,9 @@ impl Checker<'_> {
             (Some(p), None) => Some(p),
             (None, Some(f)) => {
                 let f = self.resolve(&f);
-                Some(
-                    read_secret(&f)
-                        .map_err(|e| bad("password_file", format!("{}: {e}", f.display())))?
-                        .trim()
-                        .to_string(),
-                )
+                let secret = read_secret(&f)
+                    .map_err(|e| bad("password_file", format!("{}: {e}", f.display())))?;
+                Some(secret.trim().to_string())
             }
             (None, None) => None,
         };
@@ -676,23 +723,14 @@ impl Checker<'_> {
                 std::fs::metadata(&f).map_err(|e| bad(key, format!("{}: {e}", f.display())))?;
             }
         }
-        Ok(Some(ClusterConfig {
-            name,
-            host,
-            device,
-            shared_device,
-            lease_ttl,
-            stale_after,
-            orphan_timeout,
-            etcd: iofloor_cluster::EtcdOptions {
-                endpoints: c.endpoints,
-                user,
-                ca_file: c.ca_file.map(|p| self.resolve(&p)),
-                cert_file: c.cert_file.map(|p| self.resolve(&p)),
-                key_file: c.key_file.map(|p| self.resolve(&p)),
-                request_timeout,
-            },
-        }))
+        Ok(iofloor_cluster::EtcdOptions {
+            endpoints: c.endpoints,
+            user,
+            ca_file: c.ca_file.map(|p| self.resolve(&p)),
+            cert_file: c.cert_file.map(|p| self.resolve(&p)),
+            key_file: c.key_file.map(|p| self.resolve(&p)),
+            request_timeout,
+        })
     }
 
     fn device(&self, d: DeviceEntry) -> Result<DeviceConfig, ValidationError> {
@@ -772,7 +810,7 @@ impl Checker<'_> {
 
     fn tenant(
         &self,
-        t: TenantEntry,
+        mut t: TenantEntry,
         devices: &[DeviceConfig],
     ) -> Result<TenantConfig, ValidationError> {
         if t.name.trim().is_empty()
@@ -784,69 +822,7 @@ impl Checker<'_> {
                 "must be non-empty, without `/`, quotes or control characters",
             ));
         }
-        if t.libvirt.is_none() && t.disk.is_some() {
-            return Err(ValidationError::new(
-                "disk",
-                "goes with `libvirt` (a domain's disk)",
-            ));
-        }
-        if t.share.is_some() && t.libvirt.is_none() {
-            return Err(ValidationError::new(
-                "share",
-                "`share = \"vm\"` goes with `libvirt` (a VM's disks share its floor)",
-            ));
-        }
-        let source = match (t.cgroup, t.qmp, t.drive, t.libvirt, t.kubernetes) {
-            (None, None, None, None, Some(kubepods)) => {
-                if kubepods.trim().is_empty() || kubepods.split('/').any(|p| p == "..") {
-                    return Err(ValidationError::new(
-                        "kubernetes",
-                        "must be `auto` or the kubepods cgroup (`kubepods`, `kubepods.slice`), without `..`",
-                    ));
-                }
-                TenantSource::Kubernetes { kubepods }
-            }
-            (None, None, None, Some(domain), None) => {
-                if domain.trim().is_empty() {
-                    return Err(ValidationError::new(
-                        "libvirt",
-                        "must name a domain, a glob or a UUID",
-                    ));
-                }
-                let disk = t.disk.unwrap_or_else(|| "*".into());
-                if disk.is_empty() || disk.contains('/') {
-                    return Err(ValidationError::new(
-                        "disk",
-                        format!("`{disk}` is not a disk target such as `vda` (or a glob)"),
-                    ));
-                }
-                TenantSource::Libvirt { domain, disk }
-            }
-            (Some(c), None, None, None, None) => {
-                self.not_a_mount_path(&c)?;
-                let c = c.trim_start_matches('/').to_string();
-                if c.split('/').any(|part| part == "..") {
-                    return Err(ValidationError::new("cgroup", "`..` is not allowed"));
-                }
-                TenantSource::Cgroup(c)
-            }
-            (None, Some(q), Some(drive), None, None) => TenantSource::Qmp {
-                socket: self.resolve(Path::new(&q)).display().to_string(),
-                drive,
-            },
-            (None, Some(_), None, None, None) => {
-                return Err(ValidationError::new(
-                    "drive",
-                    "`qmp` needs `drive` (the drive's id or qdev path)",
-                ))
-            }
-            _ => {
-                return Err(ValidationError::new(
-                    "cgroup",
-                    "give one of `cgroup`, `qmp` with `drive`, `libvirt` or `kubernetes`",
-                ))
-            }
-        };
+        let source = self.source(&mut t)?;
         let class = t.class.unwrap_or(match source {
             TenantSource::Cgroup(_) | TenantSource::Kubernetes { .. } => TenantClass::Container,
             TenantSource::Qmp { .. } | TenantSource::Libvirt { .. } => TenantClass::Vm,
@@ -881,6 +857,81 @@ impl Checker<'_> {
             group: None,
             share: t.share,
         })
+    }
+
+    /// Where a tenant entry's I/O is found: one cgroup, QEMU drive, libvirt
+    /// domain or the kubelet's pods (taken out of `t`).
+    fn source(&self, t: &mut TenantEntry) -> Result<TenantSource, ValidationError> {
+        if t.libvirt.is_none() && t.disk.is_some() {
+            return Err(ValidationError::new(
+                "disk",
+                "goes with `libvirt` (a domain's disk)",
+            ));
+        }
+        if t.share.is_some() && t.libvirt.is_none() {
+            return Err(ValidationError::new(
+                "share",
+                "`share = \"vm\"` goes with `libvirt` (a VM's disks share its floor)",
+            ));
+        }
+        let source = match (
+            t.cgroup.take(),
+            t.qmp.take(),
+            t.drive.take(),
+            t.libvirt.take(),
+            t.kubernetes.take(),
+        ) {
+            (None, None, None, None, Some(kubepods)) => {
+                if kubepods.trim().is_empty() || kubepods.split('/').any(|p| p == "..") {
+                    return Err(ValidationError::new(
+                        "kubernetes",
+                        "must be `auto` or the kubepods cgroup (`kubepods`, `kubepods.slice`), without `..`",
+                    ));
+                }
+                TenantSource::Kubernetes { kubepods }
+            }
+            (None, None, None, Some(domain), None) => {
+                if domain.trim().is_empty() {
+                    return Err(ValidationError::new(
+                        "libvirt",
+                        "must name a domain, a glob or a UUID",
+                    ));
+                }
+                let disk = t.disk.take().unwrap_or_else(|| "*".into());
+                if disk.is_empty() || disk.contains('/') {
+                    return Err(ValidationError::new(
+                        "disk",
+                        format!("`{disk}` is not a disk target such as `vda` (or a glob)"),
+                    ));
+                }
+                TenantSource::Libvirt { domain, disk }
+            }
+            (Some(c), None, None, None, None) => {
+                self.not_a_mount_path(&c)?;
+                let c = c.trim_start_matches('/').to_string();
+                if c.split('/').any(|part| part == "..") {
+                    return Err(ValidationError::new("cgroup", "`..` is not allowed"));
+                }
+                TenantSource::Cgroup(c)
+            }
+            (None, Some(q), Some(drive), None, None) => TenantSource::Qmp {
+                socket: self.resolve(Path::new(&q)).display().to_string(),
+                drive,
+            },
+            (None, Some(_), None, None, None) => {
+                return Err(ValidationError::new(
+                    "drive",
+                    "`qmp` needs `drive` (the drive's id or qdev path)",
+                ))
+            }
+            _ => {
+                return Err(ValidationError::new(
+                    "cgroup",
+                    "give one of `cgroup`, `qmp` with `drive`, `libvirt` or `kubernetes`",
+                ))
+            }
+        };
+        Ok(source)
     }
 
     fn tenants(

@@ -209,75 +209,12 @@ pub fn calibrate(
     };
 
     progress("queue knee (4 KiB random reads, QD 1..64)");
-    let (_, qd1_lat) = r.measure("randread", 4096, 1, None)?;
-    let mut knee = 64.0;
-    for qd in [2u32, 4, 8, 16, 32, 64] {
-        let (_, lat) = r.measure("randread", 4096, qd, None)?;
-        if lat >= 1.5 * qd1_lat {
-            knee = qd as f64;
-            break;
-        }
-    }
+    let (knee, qd1_lat) = r.queue_knee()?;
     let qd = (knee as u32).max(1);
-
-    let mut dir_params = Vec::new();
-    for (rw, seq_rw) in [("randread", "read"), ("randwrite", "write")] {
-        progress(&format!("{rw} at QD {qd}, sizes 4 KiB..256 KiB"));
-        let mut points = Vec::new();
-        for bs in SIZES {
-            let (iops, _) = r.measure(rw, bs, qd, None)?;
-            points.push((bs as f64, 1.0 / iops));
-        }
-        let (base, per_byte) = fit_line(&points);
-        let (bps, randiops) = to_params(base, per_byte);
-        progress(&format!("{seq_rw} 4 KiB sequential at QD {qd}"));
-        let (seqiops, _) = r.measure(seq_rw, 4096, qd, None)?;
-        dir_params.push((bps, seqiops.max(randiops), randiops));
-    }
-    let params = CostParams {
-        rbps: dir_params[0].0,
-        rseqiops: dir_params[0].1,
-        rrandiops: dir_params[0].2,
-        wbps: dir_params[1].0,
-        wseqiops: dir_params[1].1,
-        wrandiops: dir_params[1].2,
-    };
+    let params = r.fit(qd, progress)?;
     let model = CostModel::new(params).map_err(CalibrateError::Fit)?;
-
     progress("held-out mixes");
-    let mut held_out = Vec::new();
-    for (name, rw, bs, mix) in [
-        ("randrw 70/30 8KiB", "randrw", 8192u64, Some(70u8)),
-        ("randrw 30/70 32KiB", "randrw", 32768, Some(30)),
-        ("randwrite 128KiB", "randwrite", 131072, None),
-    ] {
-        let (iops, _) = r.measure(rw, bs, qd, mix)?;
-        let read_share = match rw {
-            "randread" => 1.0,
-            "randwrite" => 0.0,
-            _ => mix.unwrap_or(50) as f64 / 100.0,
-        };
-        let one = Usage {
-            read: DirUsage {
-                ios: read_share,
-                bytes: read_share * bs as f64,
-                seq_ios: 0.0,
-            },
-            write: DirUsage {
-                ios: 1.0 - read_share,
-                bytes: (1.0 - read_share) * bs as f64,
-                seq_ios: 0.0,
-            },
-            latency_us: None,
-        };
-        let predicted = 1.0 / model.cost_rate(&one);
-        held_out.push(HeldOut {
-            name: name.into(),
-            measured_iops: iops,
-            predicted_iops: predicted,
-            error: (iops - predicted) / predicted,
-        });
-    }
+    let held_out = r.held_out(&model, qd)?;
     // Err on the safe side: if any held-out mix did less than predicted, the
     // device is slower than the model there; scale the model down to match.
     let safety_scale = held_out
@@ -300,6 +237,87 @@ pub fn calibrate(
         held_out,
         safety_scale,
     })
+}
+
+impl Runner<'_> {
+    /// The least queue depth (of 2..64) whose latency is 1.5 times QD 1's
+    /// (64 if none is), and QD 1's latency.
+    fn queue_knee(&mut self) -> Result<(f64, f64)> {
+        let (_, qd1_lat) = self.measure("randread", 4096, 1, None)?;
+        for qd in [2u32, 4, 8, 16, 32, 64] {
+            let (_, lat) = self.measure("randread", 4096, qd, None)?;
+            if lat >= 1.5 * qd1_lat {
+                return Ok((qd as f64, qd1_lat));
+            }
+        }
+        Ok((64.0, qd1_lat))
+    }
+
+    /// The model's parameters at queue depth `qd`: per direction, a line
+    /// fitted through the time per I/O of random I/Os of every size, and
+    /// sequential 4 KiB I/Os.
+    fn fit(&mut self, qd: u32, progress: &dyn Fn(&str)) -> Result<CostParams> {
+        let mut dir_params = Vec::new();
+        for (rw, seq_rw) in [("randread", "read"), ("randwrite", "write")] {
+            progress(&format!("{rw} at QD {qd}, sizes 4 KiB..256 KiB"));
+            let mut points = Vec::new();
+            for bs in SIZES {
+                let (iops, _) = self.measure(rw, bs, qd, None)?;
+                points.push((bs as f64, 1.0 / iops));
+            }
+            let (base, per_byte) = fit_line(&points);
+            let (bps, randiops) = to_params(base, per_byte);
+            progress(&format!("{seq_rw} 4 KiB sequential at QD {qd}"));
+            let (seqiops, _) = self.measure(seq_rw, 4096, qd, None)?;
+            dir_params.push((bps, seqiops.max(randiops), randiops));
+        }
+        Ok(CostParams {
+            rbps: dir_params[0].0,
+            rseqiops: dir_params[0].1,
+            rrandiops: dir_params[0].2,
+            wbps: dir_params[1].0,
+            wseqiops: dir_params[1].1,
+            wrandiops: dir_params[1].2,
+        })
+    }
+
+    /// Mixes the fit did not see, measured against what `model` predicts.
+    fn held_out(&mut self, model: &CostModel, qd: u32) -> Result<Vec<HeldOut>> {
+        let mut held_out = Vec::new();
+        for (name, rw, bs, mix) in [
+            ("randrw 70/30 8KiB", "randrw", 8192u64, Some(70u8)),
+            ("randrw 30/70 32KiB", "randrw", 32768, Some(30)),
+            ("randwrite 128KiB", "randwrite", 131072, None),
+        ] {
+            let (iops, _) = self.measure(rw, bs, qd, mix)?;
+            let read_share = match rw {
+                "randread" => 1.0,
+                "randwrite" => 0.0,
+                _ => mix.unwrap_or(50) as f64 / 100.0,
+            };
+            let one = Usage {
+                read: DirUsage {
+                    ios: read_share,
+                    bytes: read_share * bs as f64,
+                    seq_ios: 0.0,
+                },
+                write: DirUsage {
+                    ios: 1.0 - read_share,
+                    bytes: (1.0 - read_share) * bs as f64,
+                    seq_ios: 0.0,
+                },
+                latency_us: None,
+            };
+            let predicted = 1.0 / model.cost_rate(&one);
+            held_out.push(HeldOut {
+                name: name.into(),
+                measured_iops: iops,
+                predicted_iops: predicted,
+                error: (iops - predicted) / predicted,
+            });
+        }
+        Ok(held_out)
+    }
 }
 
 /// The calibrated-model file: written by [`Calibration::to_toml`], read by

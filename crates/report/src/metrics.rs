@@ -134,88 +134,11 @@ fn after_warmup(run: &RunRecord) -> impl Iterator<Item = &crate::record::Window>
 /// Computes every measure of one run except work conservation.
 pub fn measure(run: &RunRecord) -> PolicyMeasures {
     let counted: Vec<_> = after_warmup(run).collect();
-    let n = run.tenants.len();
-    let mut misses = vec![0usize; n];
-    let mut eligible = vec![0usize; n];
-    let mut tenants = Vec::with_capacity(n);
-    for (i, t) in run.tenants.iter().enumerate() {
-        let series: Vec<f64> = counted
-            .iter()
-            .map(|w| w.tenants[i].got.in_unit(t.unit))
-            .collect();
-        for w in &counted {
-            if let Some(missed) = window_missed(run, i, &w.tenants[i]) {
-                eligible[i] += 1;
-                misses[i] += missed as usize;
-            }
-        }
-        let avg = if series.is_empty() {
-            0.0
-        } else {
-            series.iter().sum::<f64>() / series.len() as f64
-        };
-        tenants.push(TenantMeasures {
-            name: t.name.clone(),
-            class: t.class.as_str().to_string(),
-            unit: t.unit.label().to_string(),
-            floor: t.floor.map(|f| f.value()),
-            floor_miss_rate: if eligible[i] > 0 {
-                misses[i] as f64 / eligible[i] as f64
-            } else {
-                0.0
-            },
-            min: series.iter().copied().reduce(f64::min).unwrap_or(0.0),
-            max: series.iter().copied().reduce(f64::max).unwrap_or(0.0),
-            avg,
-            p99_latency_ms: run.latency.get(i).map(|l| l.p99_ms).unwrap_or(0.0),
-            alone_p99_ms: t.alone_p99_ms,
-            noisy: t.noisy,
-        });
-    }
-    // Groups' floors are promises like tenants': their windows count too.
-    let per_window: Vec<Vec<TenantWindow>> =
-        counted.iter().map(|w| group_windows(run, w)).collect();
-    let groups: Vec<GroupMeasures> = run
-        .groups
-        .iter()
-        .enumerate()
-        .map(|(g, info)| {
-            let series: Vec<f64> = per_window
-                .iter()
-                .map(|ws| ws[g].got.in_unit(info.unit))
-                .collect();
-            let judged: Vec<bool> = per_window
-                .iter()
-                .filter_map(|ws| group_window_missed(info, &ws[g]))
-                .collect();
-            misses.push(judged.iter().filter(|m| **m).count());
-            eligible.push(judged.len());
-            GroupMeasures {
-                name: info.name.clone(),
-                unit: info.unit.label().to_string(),
-                floor: info.floor.map(|f| f.value()),
-                floor_miss_rate: if judged.is_empty() {
-                    0.0
-                } else {
-                    judged.iter().filter(|m| **m).count() as f64 / judged.len() as f64
-                },
-                min: series.iter().copied().reduce(f64::min).unwrap_or(0.0),
-                max: series.iter().copied().reduce(f64::max).unwrap_or(0.0),
-                avg: if series.is_empty() {
-                    0.0
-                } else {
-                    series.iter().sum::<f64>() / series.len() as f64
-                },
-            }
-        })
+    let mut judged = Judged::default();
+    let tenants: Vec<TenantMeasures> = (0..run.tenants.len())
+        .map(|i| tenant_measures(run, &counted, i, &mut judged))
         .collect();
-    let total_eligible: usize = eligible.iter().sum();
-    let floor_miss_rate = if total_eligible > 0 {
-        misses.iter().sum::<usize>() as f64 / total_eligible as f64
-    } else {
-        0.0
-    };
-
+    let groups = group_measures(run, &counted, &mut judged);
     let mean = |f: &dyn Fn(&crate::record::Window) -> f64| {
         if counted.is_empty() {
             0.0
@@ -230,30 +153,16 @@ pub fn measure(run: &RunRecord) -> PolicyMeasures {
         .iter()
         .any(|w| w.device.unmanaged.is_some())
         .then(|| mean(&|w| w.device.unmanaged.map_or(0.0, |u| u.cost)));
-
     let (reaction_times_s, unrecovered_steps) = reaction(run);
-    let reaction_time_s = reaction_times_s.iter().copied().reduce(f64::max);
-    let protected_p99_ratio = tenants
-        .iter()
-        .filter(|t| !t.noisy)
-        .filter_map(|t| {
-            t.alone_p99_ms
-                .filter(|a| *a > 0.0)
-                .map(|a| t.p99_latency_ms / a)
-        })
-        .fold(None, |acc: Option<f64>, r| {
-            Some(acc.map_or(r, |a| a.max(r)))
-        });
-
     PolicyMeasures {
-        floor_miss_rate,
+        floor_miss_rate: judged.miss_rate(),
         work_conservation: None,
         work_conservation_contended: None,
         device_work_conservation: None,
-        reaction_time_s,
+        reaction_time_s: reaction_times_s.iter().copied().reduce(f64::max),
         reaction_times_s,
         unrecovered_steps,
-        protected_p99_ratio,
+        protected_p99_ratio: protected_p99_ratio(&tenants),
         aggregate_iops,
         aggregate_bytes_per_s,
         aggregate_cost,
@@ -263,6 +172,132 @@ pub fn measure(run: &RunRecord) -> PolicyMeasures {
         tenants,
         groups,
     }
+}
+
+/// The windows whose floors were judged, and those missed, over every
+/// tenant and group of a run.
+#[derive(Default)]
+struct Judged {
+    windows: usize,
+    missed: usize,
+}
+
+impl Judged {
+    fn count(&mut self, missed: bool) {
+        self.windows += 1;
+        self.missed += usize::from(missed);
+    }
+
+    fn miss_rate(&self) -> f64 {
+        if self.windows > 0 {
+            self.missed as f64 / self.windows as f64
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Least, most and mean of a series (0 for an empty one).
+fn spread(series: &[f64]) -> (f64, f64, f64) {
+    let min = series.iter().copied().reduce(f64::min).unwrap_or(0.0);
+    let max = series.iter().copied().reduce(f64::max).unwrap_or(0.0);
+    let avg = if series.is_empty() {
+        0.0
+    } else {
+        series.iter().sum::<f64>() / series.len() as f64
+    };
+    (min, max, avg)
+}
+
+/// Tenant `i`'s measures over the `counted` windows; its judged windows
+/// are added to `all`.
+fn tenant_measures(
+    run: &RunRecord,
+    counted: &[&crate::record::Window],
+    i: usize,
+    all: &mut Judged,
+) -> TenantMeasures {
+    let t = &run.tenants[i];
+    let series: Vec<f64> = counted
+        .iter()
+        .map(|w| w.tenants[i].got.in_unit(t.unit))
+        .collect();
+    let mut own = Judged::default();
+    for missed in counted
+        .iter()
+        .filter_map(|w| window_missed(run, i, &w.tenants[i]))
+    {
+        own.count(missed);
+        all.count(missed);
+    }
+    let (min, max, avg) = spread(&series);
+    TenantMeasures {
+        name: t.name.clone(),
+        class: t.class.as_str().to_string(),
+        unit: t.unit.label().to_string(),
+        floor: t.floor.map(|f| f.value()),
+        floor_miss_rate: own.miss_rate(),
+        min,
+        max,
+        avg,
+        p99_latency_ms: run.latency.get(i).map(|l| l.p99_ms).unwrap_or(0.0),
+        alone_p99_ms: t.alone_p99_ms,
+        noisy: t.noisy,
+    }
+}
+
+/// Groups' floors are promises like tenants': their windows count too
+/// (added to `all`).
+fn group_measures(
+    run: &RunRecord,
+    counted: &[&crate::record::Window],
+    all: &mut Judged,
+) -> Vec<GroupMeasures> {
+    let per_window: Vec<Vec<TenantWindow>> =
+        counted.iter().map(|w| group_windows(run, w)).collect();
+    run.groups
+        .iter()
+        .enumerate()
+        .map(|(g, info)| {
+            let series: Vec<f64> = per_window
+                .iter()
+                .map(|ws| ws[g].got.in_unit(info.unit))
+                .collect();
+            let mut own = Judged::default();
+            for missed in per_window
+                .iter()
+                .filter_map(|ws| group_window_missed(info, &ws[g]))
+            {
+                own.count(missed);
+                all.count(missed);
+            }
+            let (min, max, avg) = spread(&series);
+            GroupMeasures {
+                name: info.name.clone(),
+                unit: info.unit.label().to_string(),
+                floor: info.floor.map(|f| f.value()),
+                floor_miss_rate: own.miss_rate(),
+                min,
+                max,
+                avg,
+            }
+        })
+        .collect()
+}
+
+/// The protected tenants' worst p99 against their p99 alone.
+fn protected_p99_ratio(tenants: &[TenantMeasures]) -> Option<f64> {
+    tenants
+        .iter()
+        .filter(|t| !t.noisy)
+        .filter_map(|t| {
+            t.alone_p99_ms
+                .filter(|a| *a > 0.0)
+                .map(|a| t.p99_latency_ms / a)
+        })
+        .fold(None, |acc: Option<f64>, r| {
+            Some(acc.map_or(r, |a| a.max(r)))
+        })
 }
 
 /// Reaction time: for each load step after warm-up, the time from the step to

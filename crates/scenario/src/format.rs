@@ -990,25 +990,7 @@ fn checked_cluster(
         }
         return Ok(None);
     };
-    let mut hosts: Vec<String> = Vec::new();
-    for (ti, name) in host_names.iter().enumerate() {
-        let key = format!("tenant[{ti}].host");
-        let Some(name) = name else {
-            return bad(
-                &key,
-                format!("missing: `tenant[{first}]` names its host, so every tenant must"),
-            );
-        };
-        checked_host_name(&key, name)?;
-        let index = match hosts.iter().position(|h| h == name) {
-            Some(i) => i,
-            None => {
-                hosts.push(name.clone());
-                hosts.len() - 1
-            }
-        };
-        tenants[ti].host = Some(index);
-    }
+    let hosts = placed_hosts(host_names, first, tenants)?;
     if let Some(ui) = unmanaged
         .iter()
         .position(|u| u.origin == UnmanagedOrigin::ThisHost)
@@ -1043,8 +1025,60 @@ fn checked_cluster(
             format!("must be at least the interval ({interval:?}), got {stale_after:?}"),
         );
     }
+    let events = checked_events(&file.events, &hosts, duration)?;
+    Ok(Some(Cluster {
+        hosts,
+        delay,
+        lease_ttl,
+        stale_after,
+        events,
+        declared: Placed {
+            value: host_names[first].clone().unwrap_or_default(),
+            path: String::new(),
+            line: None,
+            key: format!("tenant[{first}].host"),
+        },
+    }))
+}
+
+/// The cluster's hosts in the order tenants first name them; sets each
+/// tenant's host. Every tenant must name one, as tenant `first` does.
+fn placed_hosts(
+    host_names: &[Option<String>],
+    first: usize,
+    tenants: &mut [Tenant],
+) -> Checked<Vec<String>> {
+    let mut hosts: Vec<String> = Vec::new();
+    for (ti, name) in host_names.iter().enumerate() {
+        let key = format!("tenant[{ti}].host");
+        let Some(name) = name else {
+            return bad(
+                &key,
+                format!("missing: `tenant[{first}]` names its host, so every tenant must"),
+            );
+        };
+        checked_host_name(&key, name)?;
+        let index = match hosts.iter().position(|h| h == name) {
+            Some(i) => i,
+            None => {
+                hosts.push(name.clone());
+                hosts.len() - 1
+            }
+        };
+        tenants[ti].host = Some(index);
+    }
+    Ok(hosts)
+}
+
+/// The cluster's events on `hosts`, each before the run's end and in time
+/// order.
+fn checked_events(
+    file_events: &[ClusterEventFile],
+    hosts: &[String],
+    duration: Duration,
+) -> Checked<Vec<(Duration, usize, ClusterEventKind)>> {
     let mut events: Vec<(Duration, usize, ClusterEventKind)> = Vec::new();
-    for (ei, e) in file.events.iter().enumerate() {
+    for (ei, e) in file_events.iter().enumerate() {
         let key = |k: &str| format!("cluster.event[{ei}].{k}");
         let Some(host) = hosts.iter().position(|h| *h == e.host) else {
             return bad(
@@ -1067,19 +1101,7 @@ fn checked_cluster(
         }
         events.push((e.at.0, host, e.kind));
     }
-    Ok(Some(Cluster {
-        hosts,
-        delay,
-        lease_ttl,
-        stale_after,
-        events,
-        declared: Placed {
-            value: host_names[first].clone().unwrap_or_default(),
-            path: String::new(),
-            line: None,
-            key: format!("tenant[{first}].host"),
-        },
-    }))
+    Ok(events)
 }
 
 impl UnmanagedFile {
@@ -1135,6 +1157,10 @@ impl UnmanagedFile {
     }
 }
 
+/// A change in a job's schedule: when, and its new number of processes
+/// and queue depth (`None`: unchanged).
+type JobChange = (Duration, Option<u32>, Option<u32>);
+
 impl JobFile {
     fn validate(self, duration: Duration) -> Checked<Job> {
         if self.iodepth == 0 || self.iodepth > 4096 {
@@ -1165,11 +1191,47 @@ impl JobFile {
         if stop <= start {
             return bad("stop", "must be after `start`");
         }
+        let mut changes = self.changes(start, stop)?;
         let mut state = JobState {
             numjobs: self.numjobs,
             iodepth: self.iodepth,
         };
-        let mut changes: Vec<(Duration, Option<u32>, Option<u32>)> = Vec::new();
+        changes.sort_by_key(|c| c.0);
+        let mut schedule = vec![(start, state)];
+        for (t, n, d) in changes {
+            if t >= stop {
+                continue;
+            }
+            if let Some(n) = n {
+                state.numjobs = n;
+            }
+            if let Some(d) = d {
+                state.iodepth = d;
+            }
+            schedule.push((t, state));
+        }
+        if stop < duration {
+            schedule.push((
+                stop,
+                JobState {
+                    numjobs: 0,
+                    iodepth: state.iodepth,
+                },
+            ));
+        }
+        Ok(Job {
+            rw: self.rw,
+            read_share: self.rw.read_share(self.rwmixread),
+            bs: self.bs.0,
+            rate: self.rate.map(|r| r.0),
+            schedule,
+        })
+    }
+
+    /// The job's ramp and phases as changes (time, processes, queue depth)
+    /// between `start` and `stop`, not yet in order.
+    fn changes(&self, start: Duration, stop: Duration) -> Checked<Vec<JobChange>> {
+        let mut changes: Vec<JobChange> = Vec::new();
         if let Some(r) = &self.ramp {
             if r.every.0.is_zero() {
                 return bad("ramp.every", "must be positive");
@@ -1202,36 +1264,7 @@ impl JobFile {
             }
             changes.push((start + p.at.0, p.numjobs, p.iodepth));
         }
-        changes.sort_by_key(|c| c.0);
-        let mut schedule = vec![(start, state)];
-        for (t, n, d) in changes {
-            if t >= stop {
-                continue;
-            }
-            if let Some(n) = n {
-                state.numjobs = n;
-            }
-            if let Some(d) = d {
-                state.iodepth = d;
-            }
-            schedule.push((t, state));
-        }
-        if stop < duration {
-            schedule.push((
-                stop,
-                JobState {
-                    numjobs: 0,
-                    iodepth: state.iodepth,
-                },
-            ));
-        }
-        Ok(Job {
-            rw: self.rw,
-            read_share: self.rw.read_share(self.rwmixread),
-            bs: self.bs.0,
-            rate: self.rate.map(|r| r.0),
-            schedule,
-        })
+        Ok(changes)
     }
 }
 

@@ -444,25 +444,7 @@ impl<'s> Engine<'s> {
                 host,
             });
             for job in jobs {
-                let ji = e.jobs.len() as u32;
-                e.job_specs.push(job);
-                let spacing_ns = job.rate.map(|r| match r {
-                    Rate::Iops(n) => NS / n,
-                    Rate::BytesPerSec(b) => job.bs as f64 * NS / b,
-                    Rate::Cost(_) => unreachable!("validated: job rates are bytes or IOPS"),
-                });
-                e.jobs.push(JobRt {
-                    tenant: ti as u32,
-                    bs: job.bs as u32,
-                    read_share: job.read_share,
-                    seq: job.rw.sequential(),
-                    spacing_ns,
-                    iodepth: 1,
-                    instances: Vec::new(),
-                });
-                for (si, (at, _)) in job.schedule.iter().enumerate() {
-                    e.push(at.as_nanos() as u64, Kind::Phase, ji, si as u32);
-                }
+                e.add_job(ti as u32, job);
             }
         }
         for (ci, (at, _)) in sc.device.changes.iter().enumerate() {
@@ -474,6 +456,29 @@ impl<'s> Engine<'s> {
             );
         }
         e
+    }
+
+    /// One job of tenant `tenant`, its phases on the queue.
+    fn add_job(&mut self, tenant: u32, job: &'s Job) {
+        let ji = self.jobs.len() as u32;
+        self.job_specs.push(job);
+        let spacing_ns = job.rate.map(|r| match r {
+            Rate::Iops(n) => NS / n,
+            Rate::BytesPerSec(b) => job.bs as f64 * NS / b,
+            Rate::Cost(_) => unreachable!("validated: job rates are bytes or IOPS"),
+        });
+        self.jobs.push(JobRt {
+            tenant,
+            bs: job.bs as u32,
+            read_share: job.read_share,
+            seq: job.rw.sequential(),
+            spacing_ns,
+            iodepth: 1,
+            instances: Vec::new(),
+        });
+        for (si, (at, _)) in job.schedule.iter().enumerate() {
+            self.push(at.as_nanos() as u64, Kind::Phase, ji, si as u32);
+        }
     }
 
     fn push(&mut self, time: u64, kind: Kind, a: u32, b: u32) {
@@ -866,7 +871,7 @@ impl<'s> Engine<'s> {
             Driver::Nothing => {}
             Driver::OneHost(c) => {
                 let mut backend = SimBackend {
-                    engine: self,
+                    engine: &mut *self,
                     view: None,
                 };
                 let report = if early {
@@ -900,56 +905,15 @@ impl<'s> Engine<'s> {
     /// Runs to the end. `control` None runs no controller at all.
     pub fn run(mut self, control: Option<Control>, progress: &dyn Fn(f64)) -> EngineOutput {
         let end = self.sc.duration.as_nanos() as u64;
-        let interval = self.sc.interval.as_nanos() as u64;
-        let specs: Vec<Arc<TenantSpec>> = self
-            .tenants
-            .iter()
-            .filter(|t| t.managed)
-            .map(|t| t.spec.clone())
-            .collect();
-        let ctx = PolicyContext {
-            cost: self.sc.policy_model,
-            capacity: 1.0,
+        let mut run = Run {
+            driver: self.driver(control),
+            decisions: DecisionStats::default(),
+            generation: 0,
+            end,
+            interval: self.sc.interval.as_nanos() as u64,
+            look_every: 0,
         };
-        let mut driver = match (control, &self.sc.cluster) {
-            (None, _) => Driver::Nothing,
-            (Some(c), None) => Driver::OneHost(Controller::new(
-                policy::build(c.kind(), &self.sc.policy, ctx),
-                specs,
-            )),
-            (Some(Control::Policy(kind)), Some(shape)) => {
-                Driver::Cluster(Box::new(SimCluster::new(self.sc, shape, kind, &specs)))
-            }
-            (Some(Control::HostsAlone(kind)), Some(cluster)) => Driver::HostsAlone(
-                (0..cluster.hosts.len())
-                    .map(|h| {
-                        let policy = policy::build(kind, &self.sc.policy, ctx);
-                        Some(Controller::new(policy, tenants_on(self.sc, &specs, h)))
-                    })
-                    .collect(),
-            ),
-        };
-        let mut generation = 0u32;
-        if !matches!(driver, Driver::Nothing) {
-            self.push(0, Kind::Control, generation, 0);
-        }
-        let look_every = match self.sc.watch_interval {
-            Some(every) if matches!(driver, Driver::OneHost(_)) => {
-                let every = every.as_nanos() as u64;
-                self.push(every, Kind::Scheduled, 0, LOOK);
-                every
-            }
-            _ => 0,
-        };
-        if matches!(driver, Driver::Cluster(_) | Driver::HostsAlone(_)) {
-            if let Some(c) = &self.sc.cluster {
-                for (ei, (at, _, _)) in c.events.iter().enumerate() {
-                    self.push(at.as_nanos() as u64, Kind::Scheduled, ei as u32, HOST_EVENT);
-                }
-            }
-        }
-        self.push(self.window_ns, Kind::Window, 0, 0);
-        let mut decisions = DecisionStats::default();
+        self.schedule_first(&mut run);
         while let Some(ev) = self.events.pop() {
             if ev.time() > end {
                 break;
@@ -968,70 +932,11 @@ impl<'s> Engine<'s> {
                 Kind::Scheduled if b == DEVICE_CHANGE => {
                     self.dev.capacity_factor = self.sc.device.changes[a as usize].1;
                 }
-                Kind::Control if a == generation => {
-                    self.control(&mut driver, &mut decisions, false);
-                    if self.now + interval <= end {
-                        self.push(self.now + interval, Kind::Control, generation, 0);
-                    }
-                }
+                Kind::Control if a == run.generation => self.decide(&mut run, false),
                 Kind::Control => {}
-                Kind::Scheduled if b == LOOK => {
-                    let now = Duration::from_nanos(self.now);
-                    let early = match &mut driver {
-                        Driver::OneHost(c) => c.look(
-                            now,
-                            &mut SimBackend {
-                                engine: &mut self,
-                                view: None,
-                            },
-                        ),
-                        _ => false,
-                    };
-                    if early {
-                        // Decide now; the interval pending is replaced by
-                        // one counted from here.
-                        generation += 1;
-                        self.control(&mut driver, &mut decisions, true);
-                        if self.now + interval <= end {
-                            self.push(self.now + interval, Kind::Control, generation, 0);
-                        }
-                    }
-                    if self.now + look_every <= end {
-                        self.push(self.now + look_every, Kind::Scheduled, 0, LOOK);
-                    }
-                }
-                Kind::Scheduled if b == ALLOCATE => {
-                    if let Driver::Cluster(c) = &mut driver {
-                        let now = Duration::from_nanos(self.now);
-                        if let Some(took) = c.allocate(now) {
-                            decisions.record(took);
-                        }
-                        self.capacity_estimate = c.capacity();
-                        // The hosts apply their allocations as they arrive.
-                        c.each_running_host(|h, controller| {
-                            let view = Some(h);
-                            let backend = &mut SimBackend {
-                                engine: &mut self,
-                                view,
-                            };
-                            if let Some(news) = controller.apply_news(now, backend) {
-                                decisions.record(news.decision_time);
-                            }
-                        });
-                    }
-                }
-                Kind::Scheduled => match &mut driver {
-                    Driver::Cluster(c) => c.event(a as usize, Duration::from_nanos(self.now)),
-                    Driver::HostsAlone(controllers) => {
-                        // A killed daemon's caps stay as it last wrote them;
-                        // hosts alone have no etcd to be cut off from.
-                        let event = self.sc.cluster.as_ref().map(|c| c.events[a as usize]);
-                        if let Some((_, h, ClusterEventKind::Kill)) = event {
-                            controllers[h] = None;
-                        }
-                    }
-                    _ => {}
-                },
+                Kind::Scheduled if b == LOOK => self.look(&mut run),
+                Kind::Scheduled if b == ALLOCATE => self.allocate(&mut run),
+                Kind::Scheduled => self.host_event(&mut run.driver, a as usize),
                 Kind::Window => {
                     self.close_window();
                     progress(self.now as f64 / end as f64);
@@ -1041,6 +946,133 @@ impl<'s> Engine<'s> {
                 }
             }
         }
+        self.output(run)
+    }
+
+    /// What drives the throttles: `control` on one host, the cluster or
+    /// each cluster host alone, as the scenario has hosts.
+    fn driver(&self, control: Option<Control>) -> Driver {
+        let specs: Vec<Arc<TenantSpec>> = self
+            .tenants
+            .iter()
+            .filter(|t| t.managed)
+            .map(|t| t.spec.clone())
+            .collect();
+        let ctx = PolicyContext {
+            cost: self.sc.policy_model,
+            capacity: 1.0,
+        };
+        match (control, &self.sc.cluster) {
+            (None, _) => Driver::Nothing,
+            (Some(c), None) => Driver::OneHost(Controller::new(
+                policy::build(c.kind(), &self.sc.policy, ctx),
+                specs,
+            )),
+            (Some(Control::Policy(kind)), Some(shape)) => {
+                Driver::Cluster(Box::new(SimCluster::new(self.sc, shape, kind, &specs)))
+            }
+            (Some(Control::HostsAlone(kind)), Some(cluster)) => Driver::HostsAlone(
+                (0..cluster.hosts.len())
+                    .map(|h| {
+                        let policy = policy::build(kind, &self.sc.policy, ctx);
+                        Some(Controller::new(policy, tenants_on(self.sc, &specs, h)))
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The first decision, look, host events and window on the queue.
+    fn schedule_first(&mut self, run: &mut Run) {
+        if !matches!(run.driver, Driver::Nothing) {
+            self.push(0, Kind::Control, run.generation, 0);
+        }
+        if let (Some(every), Driver::OneHost(_)) = (self.sc.watch_interval, &run.driver) {
+            run.look_every = every.as_nanos() as u64;
+            self.push(run.look_every, Kind::Scheduled, 0, LOOK);
+        }
+        if matches!(run.driver, Driver::Cluster(_) | Driver::HostsAlone(_)) {
+            if let Some(c) = &self.sc.cluster {
+                for (ei, (at, _, _)) in c.events.iter().enumerate() {
+                    self.push(at.as_nanos() as u64, Kind::Scheduled, ei as u32, HOST_EVENT);
+                }
+            }
+        }
+        self.push(self.window_ns, Kind::Window, 0, 0);
+    }
+
+    /// A decision (an early one after a look), and the next one an
+    /// interval from now.
+    fn decide(&mut self, run: &mut Run, early: bool) {
+        self.control(&mut run.driver, &mut run.decisions, early);
+        if self.now + run.interval <= run.end {
+            self.push(self.now + run.interval, Kind::Control, run.generation, 0);
+        }
+    }
+
+    /// A look between intervals; one that sees an overload decides now,
+    /// and the interval pending is replaced by one counted from here.
+    fn look(&mut self, run: &mut Run) {
+        let now = Duration::from_nanos(self.now);
+        let early = match &mut run.driver {
+            Driver::OneHost(c) => c.look(
+                now,
+                &mut SimBackend {
+                    engine: &mut *self,
+                    view: None,
+                },
+            ),
+            _ => false,
+        };
+        if early {
+            run.generation += 1;
+            self.decide(run, true);
+        }
+        if self.now + run.look_every <= run.end {
+            self.push(self.now + run.look_every, Kind::Scheduled, 0, LOOK);
+        }
+    }
+
+    /// The cluster's allocation, which the hosts apply as it arrives.
+    fn allocate(&mut self, run: &mut Run) {
+        let Driver::Cluster(c) = &mut run.driver else {
+            return;
+        };
+        let now = Duration::from_nanos(self.now);
+        if let Some(took) = c.allocate(now) {
+            run.decisions.record(took);
+        }
+        self.capacity_estimate = c.capacity();
+        let decisions = &mut run.decisions;
+        c.each_running_host(|h, controller| {
+            let backend = &mut SimBackend {
+                engine: &mut *self,
+                view: Some(h),
+            };
+            if let Some(news) = controller.apply_news(now, backend) {
+                decisions.record(news.decision_time);
+            }
+        });
+    }
+
+    /// The scenario's host event number `event` (a daemon killed, cut off
+    /// or back).
+    fn host_event(&mut self, driver: &mut Driver, event: usize) {
+        match driver {
+            Driver::Cluster(c) => c.event(event, Duration::from_nanos(self.now)),
+            Driver::HostsAlone(controllers) => {
+                // A killed daemon's caps stay as it last wrote them; hosts
+                // alone have no etcd to be cut off from.
+                let event = self.sc.cluster.as_ref().map(|c| c.events[event]);
+                if let Some((_, h, ClusterEventKind::Kill)) = event {
+                    controllers[h] = None;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn output(self, run: Run) -> EngineOutput {
         let latency = self
             .tenants
             .iter()
@@ -1048,23 +1080,33 @@ impl<'s> Engine<'s> {
             .map(|t| t.latency.summary())
             .collect();
         let in_flight: u64 = self.instances.iter().map(|i| i.outstanding as u64).sum();
+        let (exchange, allocators) = match run.driver {
+            Driver::Cluster(c) => (Some(c.exchange()), c.takeovers),
+            _ => (None, Vec::new()),
+        };
         EngineOutput {
             windows: self.windows,
             latency,
-            decisions,
+            decisions: run.decisions,
             ios_completed: self.completed,
             ios_issued: self.issued,
             ios_in_flight: in_flight,
-            exchange: match &driver {
-                Driver::Cluster(c) => Some(c.exchange()),
-                _ => None,
-            },
-            allocators: match driver {
-                Driver::Cluster(c) => c.takeovers,
-                _ => Vec::new(),
-            },
+            exchange,
+            allocators,
         }
     }
+}
+
+/// A run's control: what drives the throttles, its decisions' times, the
+/// generation of the pending decision (an early one replaces it), and the
+/// run's end, interval and look period (0: no looks), in ns.
+struct Run {
+    driver: Driver,
+    decisions: DecisionStats,
+    generation: u32,
+    end: u64,
+    interval: u64,
+    look_every: u64,
 }
 
 /// What drives the throttles of a run.

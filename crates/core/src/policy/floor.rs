@@ -342,6 +342,60 @@ struct Pricing {
     latency_floor: Vec<Option<f64>>,
 }
 
+impl Pricing {
+    /// Prices the groups, and gives each member the part of its group's
+    /// floor it claims (what it shows it wants: all it can get while it
+    /// presses against its cap, else a little more than it uses) and the
+    /// part held ready for it (its share among the members doing I/O).
+    fn share_group_floors(&mut self, p: &FloorParams, cost: &CostModel) {
+        let n = self.usage.len();
+        let groups = super::price_groups(&self.tree, &self.mixes, cost);
+        self.node_floor.extend(&groups.floor);
+        self.node_ceiling.extend(&groups.ceiling);
+        self.node_weight.extend(&groups.weight);
+        let want: Vec<f64> = self
+            .usage
+            .iter()
+            .zip(&self.prev)
+            .map(|(&u, st)| match st.cap {
+                Some(cap) if u > 0.0 && u >= p.pressing * cap => f64::INFINITY,
+                _ => u * (1.0 + p.headroom),
+            })
+            .collect();
+        let busy: Vec<f64> = self
+            .usage
+            .iter()
+            .map(|&u| if u > 0.0 { f64::INFINITY } else { 0.0 })
+            .collect();
+        let (floor, ceiling, weight) = (&self.node_floor, &self.node_ceiling, &self.node_weight);
+        let claims = self.tree.effective_floors(floor, ceiling, weight, &want);
+        self.node_reserved = self.tree.effective_floors(floor, ceiling, weight, &busy);
+        self.floor_costs.copy_from_slice(&claims[..n]);
+        self.reserved.copy_from_slice(&self.node_reserved[..n]);
+        // Step 4 shares a group's whole floor among its members, each
+        // member by what it claims.
+        self.node_floor = claims;
+        self.node_floor[n..].copy_from_slice(&self.node_reserved[n..]);
+    }
+}
+
+/// Each tenant's best latency seen (drifting up slowly, so that a baseline
+/// from another load does not stay for ever), for starvation (step 3).
+fn latency_floors(snapshot: &Snapshot, prev: &[TenantState]) -> Vec<Option<f64>> {
+    snapshot
+        .tenants
+        .iter()
+        .zip(prev)
+        .map(|(t, st)| {
+            let seen = t.usage.and_then(|u| u.latency_us).filter(|l| *l > 0.0);
+            match (st.latency_floor_us, seen) {
+                (Some(b), Some(l)) => Some(l.min(b * LATENCY_BASELINE_DRIFT)),
+                (b, l) => b.or(l),
+            }
+        })
+        .collect()
+}
+
 /// Step 2's result: what the device can do and whether it is contended.
 struct DeviceVerdict {
     capacity: f64,
@@ -355,6 +409,95 @@ struct DeviceVerdict {
     /// What step 4 shares out: the target share of capacity, or everything
     /// when fewer than two tenants compete.
     to_share: f64,
+}
+
+/// What the tenants' own figures say about the device in an interval (step
+/// 2), for the capacity loop.
+struct TenantEvidence {
+    /// Someone was held back by something other than our caps.
+    held_by_device: bool,
+    /// A capped tenant used (nearly) all of its cap.
+    wants_more: bool,
+    floor_short: bool,
+    /// Short of its floor with no cap of ours to explain it, over a whole
+    /// interval.
+    floor_short_by_device: bool,
+    /// A protected tenant's own latency is far above its best.
+    protected_slowed: bool,
+    newcomer: bool,
+    departed: bool,
+}
+
+impl TenantEvidence {
+    fn read(p: &FloorParams, snapshot: &Snapshot, priced: &Pricing) -> Self {
+        let usage = &priced.usage;
+        let active = || usage.iter().enumerate().filter(|(_, &u)| u > 0.0);
+        // Learning from the total is right only if something other than our
+        // own caps held the tenants back; when every capped tenant got its
+        // cap, a high latency is slower service, and cutting would ratchet
+        // the estimate down by the target utilisation every interval.
+        // With no caps at all, what was served is only what was asked unless
+        // someone fell short: counting "no caps" as held by the device took
+        // the quiet tenants' own demand for the device's capacity while a
+        // noisy one was idle (rig `on-off-rig`: learned 0.56 of a device
+        // that had not changed, below the floors' need, and stuck there).
+        let holding = |i: usize| priced.prev[i].cap.filter(|_| priced.prev[i].holds);
+        let group_short = group_short_of_floor(priced, holding);
+        let short = |i: usize, u: f64| u < SHORT_OF_FLOOR * priced.own_floors[i];
+        TenantEvidence {
+            held_by_device: group_short
+                || active().any(|(i, &u)| match holding(i) {
+                    Some(cap) => u < HELD_AT_CAP * cap,
+                    None => short(i, u),
+                }),
+            wants_more: active()
+                .any(|(i, &u)| priced.prev[i].cap.is_some_and(|cap| u >= p.pressing * cap)),
+            floor_short: group_short || active().any(|(i, &u)| short(i, u)),
+            // A newcomer's first interval is partial.
+            floor_short_by_device: group_short
+                || active().any(|(i, &u)| {
+                    priced.prev[i].active
+                        && short(i, u)
+                        && holding(i).is_none_or(|cap| u < HELD_AT_CAP * cap)
+                }),
+            // Not held by a cap of ours (a throttle's wait is in its
+            // latency): where the backend reports it (QMP), the queue is
+            // felt by the protected.
+            protected_slowed: active().any(|(i, _)| {
+                priced.reserved[i] > 0.0
+                    && holding(i).is_none()
+                    && snapshot.tenants[i]
+                        .usage
+                        .and_then(|u| u.latency_us)
+                        .zip(priced.latency_floor[i])
+                        .is_some_and(|(l, best)| l > p.latency_factor * best)
+            }),
+            newcomer: active().any(|(i, _)| !priced.prev[i].active),
+            // A tenant with a floor that stopped: in its last interval it
+            // used less than its floor, which looked like the device
+            // holding it.
+            departed: (0..usage.len())
+                .any(|i| priced.prev[i].active && usage[i] <= 0.0 && priced.own_floors[i] > 0.0),
+        }
+    }
+}
+
+/// A group below its floor with no member held by a cap (`holding`) is
+/// short as a tenant below its own would be: its members' own figures
+/// cannot show a promise only the group has.
+fn group_short_of_floor(priced: &Pricing, holding: impl Fn(usize) -> Option<f64>) -> bool {
+    let tree = &priced.tree;
+    if tree.is_flat() {
+        return false;
+    }
+    let used = tree.sum_up(&priced.usage);
+    let held: Vec<f64> = (0..priced.usage.len())
+        .map(|i| if holding(i).is_some() { 1.0 } else { 0.0 })
+        .collect();
+    let held = tree.sum_up(&held);
+    (tree.leaves()..tree.nodes()).any(|g| {
+        used[g] > 0.0 && held[g] == 0.0 && used[g] < SHORT_OF_FLOOR * priced.node_reserved[g]
+    })
 }
 
 /// Step 5's result for one tenant.
@@ -504,31 +647,233 @@ struct Shares {
     entitlement: Vec<f64>,
 }
 
+/// What step 5 judges every tenant's cap by in one decision: the figures
+/// common to all of them, worked out once.
+struct CapRules<'a> {
+    params: &'a FloorParams,
+    priced: &'a Pricing,
+    tenants: &'a [Priced],
+    shares: &'a Shares,
+    capacity: f64,
+    contended: bool,
+    any_starved: bool,
+    /// The entitlements added up.
+    entitled: f64,
+    /// The target share of the capacity.
+    can_give: f64,
+    /// The share of every floor that can be kept (1 while they fit).
+    floors_fit: f64,
+    lent: Vec<f64>,
+    /// What the entitlements leave.
+    spare: f64,
+    /// The weight of those pressing for more of the spare (not held by
+    /// their own ceilings): of all, and of containers only.
+    pressing_weight: [f64; 2],
+}
+
+impl<'a> CapRules<'a> {
+    fn new(
+        policy: &'a FloorPolicy,
+        priced: &'a Pricing,
+        device: &DeviceVerdict,
+        tenants: &'a [Priced],
+        shares: &'a Shares,
+    ) -> Self {
+        let params = &policy.params;
+        let capacity = device.capacity;
+        let entitled: f64 = shares.entitlement.iter().sum();
+        let can_give = params.target_utilisation * capacity;
+        let floors_fit = policy
+            .feasibility
+            .filter(|f| f.floors > 0.0)
+            .map_or(1.0, |f| (can_give / f.floors).min(1.0));
+        // A tenant back from idle shares the spare with those pressing for
+        // more of it (the burst guard); with `class_priority` a container
+        // shares it with containers only.
+        let pressing_weight = |containers_only: bool| -> f64 {
+            (0..tenants.len())
+                .filter(|&j| shares.alloc[j] < tenants[j].demand.min(tenants[j].ceiling))
+                .filter(|&j| !containers_only || tenants[j].class == TenantClass::Container)
+                .map(|j| priced.node_weight[j])
+                .sum()
+        };
+        CapRules {
+            params,
+            priced,
+            tenants,
+            shares,
+            capacity,
+            contended: device.contended,
+            any_starved: tenants.iter().any(|t| t.starved),
+            entitled,
+            can_give,
+            floors_fit,
+            lent: lent_by_siblings(priced, tenants, shares),
+            spare: (can_give - entitled).max(0.0),
+            pressing_weight: [pressing_weight(false), pressing_weight(true)],
+        }
+    }
+
+    /// Tenant `i`'s cap: loosened where nothing needs holding back, else
+    /// held to its share.
+    fn decide(&self, i: usize) -> Decided {
+        let t = &self.tenants[i];
+        // What must be there at once when the tenant asks: its own floor,
+        // or a group member's part of the group's (lent to a sibling while
+        // it is idle), scaled as every floor is while they do not fit. An
+        // idle tenant's cap set while they did not fit would otherwise come
+        // back only by the release factor once they fit again (property
+        // test: a capacity cut below one idle tenant's floor left it capped
+        // at 0.1 % of its floor in the next interval, with every floor
+        // fitting).
+        let own_part = self.priced.reserved[i] * self.floors_fit * ENFORCEMENT_MARGIN;
+        let satisfied = self.shares.alloc[i] >= t.demand;
+        if satisfied || (!self.contended && !t.pressing) {
+            self.loosen(i, own_part)
+        } else {
+            self.hold(i, own_part)
+        }
+    }
+
+    /// `c` as tenant `i`'s cap: within its ceiling, at least the least cap
+    /// there is, and none where neither it nor the ceiling limits anything.
+    fn limited(&self, i: usize, c: f64) -> Option<f64> {
+        let ceiling = self.tenants[i].ceiling;
+        if c >= self.capacity && ceiling >= self.capacity {
+            None
+        } else {
+            Some(c.min(ceiling).max(MIN_CAP * self.capacity))
+        }
+    }
+
+    /// Nothing to hold back: loosen what is there, step by step.
+    fn loosen(&self, i: usize, own_part: f64) -> Decided {
+        let prev_cap = self.priced.prev[i].cap;
+        let loosened = match prev_cap {
+            Some(old) => self.limited(i, old * self.params.release_factor),
+            None => {
+                let ceiling = self.tenants[i].ceiling;
+                ceiling.is_finite().then_some(ceiling)
+            }
+        };
+        let others = self.entitled - self.shares.entitlement[i];
+        let cap = if others <= 0.0 {
+            loosened
+        } else {
+            let guard = self.burst_guard(i, others).max(own_part);
+            match loosened {
+                Some(c) => self.limited(i, c.min(guard).max(own_part)),
+                None => self.limited(i, guard),
+            }
+        };
+        Decided { cap, holds: false }
+    }
+
+    /// Burst guard: while others hold entitlements (`others` of them), no
+    /// tenant may come back from idle faster than what they leave, or its
+    /// first interval would take the device from under them. It costs
+    /// nothing while the tenant stays below it. An idle tenant without a
+    /// floor of its own comes back to its weight's part of that beside
+    /// those pressing for it, not to all of it: they keep theirs until the
+    /// next decision, and more would fill the queue the floors wait in
+    /// (simulated `churn`: a newcomer's first interval was the protected
+    /// p99). One with a floor keeps it all: its floor must be there at
+    /// once, and a rate-limited job catches up what it lost (`churn`'s
+    /// `late`, held near its floor, missed its first window and filled the
+    /// queue in its second). In a tree the weights are only siblings', so
+    /// there it stays whole.
+    fn burst_guard(&self, i: usize, others: f64) -> f64 {
+        let priced = self.priced;
+        let returning = priced.usage[i] <= 0.0 && !priced.promised[i] && priced.tree.is_flat();
+        let guard = if returning {
+            let weight = priced.node_weight[i];
+            let containers_only =
+                self.params.class_priority && self.tenants[i].class == TenantClass::Container;
+            self.spare * weight / (weight + self.pressing_weight[usize::from(containers_only)])
+        } else {
+            self.can_give - others
+        };
+        guard.max(self.shares.entitlement[i] * ENFORCEMENT_MARGIN)
+    }
+
+    /// Tenant `i` wants more than its share: held to it, tightened at once
+    /// and loosened by at most the release factor.
+    fn hold(&self, i: usize, own_part: f64) -> Decided {
+        let (priced, shares) = (self.priced, self.shares);
+        // Nobody is short of a floor: a fast-path container may use all
+        // the others leave, not only the target's share of it; holding its
+        // deep queue back would help no one and waste the device.
+        let share = if self.tenants[i].fast_path && !self.any_starved {
+            shares.alloc[i].max(self.capacity - (priced.total - priced.usage[i]))
+        } else {
+            shares.alloc[i] + self.lent[i]
+        };
+        let grown = match priced.prev[i].cap {
+            Some(old) if share > old => share.min(old * self.params.release_factor),
+            _ => share,
+        };
+        Decided {
+            cap: self.limited(
+                i,
+                grown
+                    .max(shares.entitlement[i] * ENFORCEMENT_MARGIN)
+                    .max(own_part),
+            ),
+            holds: true,
+        }
+    }
+
+    /// The caps `decided` member by member, within their groups: a group's
+    /// ceiling is hard (its members' caps add up to it at most), and a
+    /// group enforced as one limit gets its caps shared out.
+    fn within_groups(&self, decided: Vec<Decided>) -> Vec<Decided> {
+        let priced = self.priced;
+        let mut caps: Vec<f64> = decided
+            .iter()
+            .map(|d| d.cap.unwrap_or(f64::INFINITY))
+            .collect();
+        let reserve: Vec<f64> = priced
+            .reserved
+            .iter()
+            .map(|r| r * self.floors_fit)
+            .collect();
+        priced.tree.hold_ceilings(
+            &mut caps,
+            &self.shares.alloc,
+            &reserve,
+            &priced.node_ceiling,
+            &priced.node_weight,
+            MIN_CAP * self.capacity,
+        );
+        let mut decided: Vec<Decided> = decided
+            .into_iter()
+            .zip(caps)
+            .zip(self.tenants)
+            .map(|((d, cap), t)| match d.cap {
+                Some(c) if cap >= c => d,
+                None if cap.is_infinite() => d,
+                _ => Decided {
+                    cap: Some(cap),
+                    holds: d.holds || t.demand > cap,
+                },
+            })
+            .collect();
+        let guard = GroupGuard {
+            can_give: self.can_give,
+            entitled: self.entitled,
+            floors_fit: self.floors_fit,
+        };
+        share_limits(priced, self.shares, &guard, &mut decided);
+        decided
+    }
+}
+
 impl FloorPolicy {
     /// Step 1: price each tenant's usage and floor in cost units with the
     /// cost model and the tenant's own I/O mix.
     fn price(&mut self, snapshot: &Snapshot) -> Pricing {
+        let (mixes, prev) = self.recall(snapshot);
         let cost = &self.ctx.cost;
-        let n = snapshot.tenants.len();
-        let mixes: Vec<_> = snapshot
-            .tenants
-            .iter()
-            .map(|t| self.mixes.observe(t))
-            .collect();
-        self.mixes.retain(snapshot.tenants);
-        if self.state.len() > n {
-            let live: std::collections::HashSet<&str> = snapshot
-                .tenants
-                .iter()
-                .map(|t| t.spec.name.as_str())
-                .collect();
-            self.state.retain(|k, _| live.contains(k.as_str()));
-        }
-        let prev: Vec<TenantState> = snapshot
-            .tenants
-            .iter()
-            .map(|t| self.state.get(&t.spec.name).copied().unwrap_or_default())
-            .collect();
         let usage: Vec<f64> = snapshot
             .tenants
             .iter()
@@ -539,100 +884,74 @@ impl FloorPolicy {
                 None => st.cap.unwrap_or(0.0),
             })
             .collect();
-        let total: f64 = usage.iter().sum();
-        let mut floor_costs: Vec<f64> = snapshot
-            .tenants
-            .iter()
-            .zip(&mixes)
-            .map(|(t, mix)| {
-                t.spec
-                    .floor
-                    .and_then(|f| cost.rate_to_cost(f, &mix.unwrap_or_default()))
-                    .unwrap_or(0.0)
-            })
-            .collect();
-        let tree = Tree::build(snapshot.tenants);
-        let ceiling_of = |rate: Option<crate::units::Rate>, mix: &Usage| {
-            rate.and_then(|r| cost.rate_to_cost(r, mix))
-                .unwrap_or(f64::INFINITY)
+        let priced_at_mix = |rate: Option<crate::units::Rate>, mix: &Option<Usage>| {
+            rate.and_then(|r| cost.rate_to_cost(r, &mix.unwrap_or_default()))
         };
-        let own_floors = floor_costs.clone();
-        let promised = snapshot
-            .tenants
-            .iter()
-            .map(|t| t.spec.floor.is_some())
-            .collect();
-        let mut reserved = floor_costs.clone();
-        let mut node_floor = floor_costs.clone();
-        let mut node_reserved = floor_costs.clone();
-        let mut node_ceiling: Vec<f64> = snapshot
+        let floor_costs: Vec<f64> = snapshot
             .tenants
             .iter()
             .zip(&mixes)
-            .map(|(t, mix)| ceiling_of(t.spec.ceiling, &mix.unwrap_or_default()))
+            .map(|(t, mix)| priced_at_mix(t.spec.floor, mix).unwrap_or(0.0))
             .collect();
-        let mut node_weight: Vec<f64> = snapshot
+        let node_ceiling: Vec<f64> = snapshot
             .tenants
             .iter()
-            .map(|t| t.spec.weight.max(1e-9))
+            .zip(&mixes)
+            .map(|(t, mix)| priced_at_mix(t.spec.ceiling, mix).unwrap_or(f64::INFINITY))
             .collect();
-        if !tree.is_flat() {
-            let groups = super::price_groups(&tree, &mixes, cost);
-            node_floor.extend(&groups.floor);
-            node_ceiling.extend(&groups.ceiling);
-            node_weight.extend(&groups.weight);
-            // What each member shows it wants: all it can get while it
-            // presses against its cap, else a little more than it uses.
-            let p = &self.params;
-            let want: Vec<f64> = usage
+        let mut pricing = Pricing {
+            latency_floor: latency_floors(snapshot, &prev),
+            total: usage.iter().sum(),
+            usage,
+            own_floors: floor_costs.clone(),
+            promised: snapshot
+                .tenants
                 .iter()
-                .zip(&prev)
-                .map(|(&u, st)| match st.cap {
-                    Some(cap) if u > 0.0 && u >= p.pressing * cap => f64::INFINITY,
-                    _ => u * (1.0 + p.headroom),
-                })
-                .collect();
-            let busy: Vec<f64> = usage
+                .map(|t| t.spec.floor.is_some())
+                .collect(),
+            reserved: floor_costs.clone(),
+            node_floor: floor_costs.clone(),
+            node_reserved: floor_costs.clone(),
+            floor_costs,
+            tree: Tree::build(snapshot.tenants),
+            node_ceiling,
+            node_weight: snapshot
+                .tenants
                 .iter()
-                .map(|&u| if u > 0.0 { f64::INFINITY } else { 0.0 })
-                .collect();
-            let claims = tree.effective_floors(&node_floor, &node_ceiling, &node_weight, &want);
-            node_reserved = tree.effective_floors(&node_floor, &node_ceiling, &node_weight, &busy);
-            floor_costs.copy_from_slice(&claims[..n]);
-            reserved.copy_from_slice(&node_reserved[..n]);
-            // Step 4 shares a group's whole floor among its members, each
-            // member by what it claims.
-            node_floor = claims;
-            node_floor[n..].copy_from_slice(&node_reserved[n..]);
-        }
-        let latency_floor: Vec<Option<f64>> = snapshot
-            .tenants
-            .iter()
-            .zip(&prev)
-            .map(|(t, st)| {
-                let seen = t.usage.and_then(|u| u.latency_us).filter(|l| *l > 0.0);
-                match (st.latency_floor_us, seen) {
-                    (Some(b), Some(l)) => Some(l.min(b * LATENCY_BASELINE_DRIFT)),
-                    (b, l) => b.or(l),
-                }
-            })
-            .collect();
-        Pricing {
+                .map(|t| t.spec.weight.max(1e-9))
+                .collect(),
             mixes,
             prev,
-            usage,
-            total,
-            own_floors,
-            promised,
-            floor_costs,
-            reserved,
-            tree,
-            node_floor,
-            node_reserved,
-            node_ceiling,
-            node_weight,
-            latency_floor,
+        };
+        if !pricing.tree.is_flat() {
+            pricing.share_group_floors(&self.params, cost);
         }
+        pricing
+    }
+
+    /// Each tenant's I/O mix and what the policy held for it after the
+    /// last interval; forgets the tenants that are gone.
+    fn recall(&mut self, snapshot: &Snapshot) -> (Vec<Option<Usage>>, Vec<TenantState>) {
+        let mixes: Vec<_> = snapshot
+            .tenants
+            .iter()
+            .map(|t| self.mixes.observe(t))
+            .collect();
+        self.mixes.retain(snapshot.tenants);
+        if self.state.len() > snapshot.tenants.len() {
+            let live: std::collections::HashSet<&str> = snapshot
+                .tenants
+                .iter()
+                .map(|t| t.spec.name.as_str())
+                .collect();
+            self.state.retain(|k, _| live.contains(k.as_str()));
+        }
+        let prev = snapshot
+            .tenants
+            .iter()
+            .map(|t| self.state.get(&t.spec.name).copied().unwrap_or_default())
+            .collect();
+        (mixes, prev)
     }
 
     /// Step 2: learn the device's capacity (crate::capacity), decide
@@ -643,116 +962,18 @@ impl FloorPolicy {
         priced: &Pricing,
         early_seen: Option<&DeviceSample>,
     ) -> DeviceVerdict {
-        let p = &self.params;
-        let (usage, total) = (&priced.usage, priced.total);
-        let active = || usage.iter().enumerate().filter(|(_, &u)| u > 0.0);
-        // Learning from the total is right only if something other than our
-        // own caps held the tenants back; when every capped tenant got its
-        // cap, a high latency is slower service, and cutting would ratchet
-        // the estimate down by the target utilisation every interval.
-        // With no caps at all, what was served is only what was asked unless
-        // someone fell short: counting "no caps" as held by the device took
-        // the quiet tenants' own demand for the device's capacity while a
-        // noisy one was idle (rig `on-off-rig`: learned 0.56 of a device
-        // that had not changed, below the floors' need, and stuck there).
-        let holding = |i: usize| priced.prev[i].cap.filter(|_| priced.prev[i].holds);
-        // A group below its floor with no member held by a cap is short as
-        // a tenant below its own would be: its members' own figures cannot
-        // show a promise only the group has.
-        let tree = &priced.tree;
-        let group_short = !tree.is_flat() && {
-            let used = tree.sum_up(usage);
-            let held: Vec<f64> = (0..usage.len())
-                .map(|i| if holding(i).is_some() { 1.0 } else { 0.0 })
-                .collect();
-            let held = tree.sum_up(&held);
-            (tree.leaves()..tree.nodes()).any(|g| {
-                used[g] > 0.0
-                    && held[g] == 0.0
-                    && used[g] < SHORT_OF_FLOOR * priced.node_reserved[g]
-            })
-        };
-        let held_by_device = group_short
-            || active().any(|(i, &u)| match holding(i) {
-                Some(cap) => u < HELD_AT_CAP * cap,
-                None => u < SHORT_OF_FLOOR * priced.own_floors[i],
-            });
-        let wants_more =
-            active().any(|(i, &u)| priced.prev[i].cap.is_some_and(|cap| u >= p.pressing * cap));
-        let floor_short =
-            group_short || active().any(|(i, &u)| u < SHORT_OF_FLOOR * priced.own_floors[i]);
-        // Short with no cap of ours to explain it (uncapped, or below its
-        // cap), over a whole interval: a newcomer's first one is partial.
-        let floor_short_by_device = group_short
-            || active().any(|(i, &u)| {
-                priced.prev[i].active
-                    && u < SHORT_OF_FLOOR * priced.own_floors[i]
-                    && holding(i).is_none_or(|cap| u < HELD_AT_CAP * cap)
-            });
-        // A tenant with a floor, not held by a cap of ours (a throttle's wait
-        // is in its latency), whose own latency is far above its best: where
-        // the backend reports it (QMP), the queue is felt by the protected.
-        let protected_slowed = active().any(|(i, _)| {
-            priced.reserved[i] > 0.0
-                && holding(i).is_none()
-                && snapshot.tenants[i]
-                    .usage
-                    .and_then(|u| u.latency_us)
-                    .zip(priced.latency_floor[i])
-                    .is_some_and(|(l, best)| l > p.latency_factor * best)
-        });
-        let newcomer = active().any(|(i, _)| !priced.prev[i].active);
-        // A tenant with a floor that stopped: in its last interval it used
-        // less than its floor, which looked like the device holding it.
-        let departed = (0..usage.len())
-            .any(|i| priced.prev[i].active && usage[i] <= 0.0 && priced.own_floors[i] > 0.0);
-        // Decided early, the interval's figures cover time before the
-        // overload the look saw: the device is judged over that stretch, and
-        // what was served is scaled by how fast the device completed I/O
-        // there against the whole interval, so a device that slowed down is
-        // measured as it is now, and one that was idle before a tenant's
-        // return (or a throttle's backlog let through at once, rig
-        // `on-off-rig`) is not taken for one that lost capacity.
-        // Load the policy knows of but does not decide (a dead cluster host's
-        // tenants at the caps it left) is served by the device like ours:
-        // counted, the loop learns the device, not what the others leave of
-        // it, and a probe past the device's level is bounded by the model
-        // (simulated `noisy-20-cluster`: without it the new allocator learned
-        // 0.72 of the device and probed past that level, overshooting).
-        let foreign = snapshot.foreign_load();
-        let (device, served) = match (early_seen, snapshot.device) {
-            (Some(&seen), Some(dev)) if dev.iops > 0.0 && seen.iops.is_finite() => (
-                Some(seen),
-                (total + foreign) * seen.iops.max(0.0) / dev.iops,
-            ),
-            (_, dev) => (dev, total + foreign),
-        };
-        let capacity = match device {
-            Some(dev) => self.capacity.update(&Observation {
-                newcomer,
-                departed,
-                latency_us: dev.mean_latency_us(),
-                avg_queue: Some(dev.avg_queue),
-                served,
-                held_by_device,
-                wants_more,
-                floor_short,
-                floor_short_by_device,
-                protected_slowed,
-                contended: total + foreign >= p.border * self.capacity.estimate(),
-                interval: Some(snapshot.interval),
-                floors_need: (priced.reserved.iter().sum::<f64>() + foreign) / p.target_utilisation,
-                handed_out: p.target_utilisation,
-                early: early_seen.is_some(),
-            }),
+        let capacity = match self.observe(snapshot, priced, early_seen) {
+            Some(observation) => self.capacity.update(&observation),
             None => self.capacity.estimate(),
         };
+        let p = &self.params;
+        let foreign = snapshot.foreign_load();
         let queue_overloaded = match (p.queue_knee, snapshot.device) {
             (Some(knee), Some(dev)) => Some(dev.avg_queue > knee),
             _ => None,
         };
         let contended = crate::judge::contended(
-            (total + foreign) / capacity,
+            (priced.total + foreign) / capacity,
             p.border,
             snapshot.device.map(|d| d.avg_queue),
             p.queue_knee,
@@ -762,7 +983,11 @@ impl FloorPolicy {
         // reach). Never all of it: a foreign estimate that outlived the load
         // must not leave the floors nothing.
         let capacity = (capacity - foreign / p.target_utilisation).max(MIN_OURS * capacity);
-        let floors: f64 = active().map(|(i, _)| priced.reserved[i]).sum();
+        let active = priced.usage.iter().filter(|&&u| u > 0.0).count();
+        let floors: f64 = (0..priced.usage.len())
+            .filter(|&i| priced.usage[i] > 0.0)
+            .map(|i| priced.reserved[i])
+            .sum();
         let can_give = p.target_utilisation * capacity;
         self.feasibility = Some(Feasibility {
             capacity,
@@ -778,12 +1003,63 @@ impl FloorPolicy {
             overloaded: queue_overloaded.unwrap_or(contended),
             capacity_overloaded: snapshot.device.is_some()
                 && self.capacity.verdict() == Verdict::Overloaded,
-            to_share: if active().count() + usize::from(foreign > 0.0) >= 2 {
+            to_share: if active + usize::from(foreign > 0.0) >= 2 {
                 can_give
             } else {
                 f64::INFINITY
             },
         }
+    }
+
+    /// What the capacity loop is shown of this interval; `None` without a
+    /// device sample.
+    fn observe(
+        &self,
+        snapshot: &Snapshot,
+        priced: &Pricing,
+        early_seen: Option<&DeviceSample>,
+    ) -> Option<Observation> {
+        let p = &self.params;
+        let evidence = TenantEvidence::read(p, snapshot, priced);
+        // Decided early, the interval's figures cover time before the
+        // overload the look saw: the device is judged over that stretch, and
+        // what was served is scaled by how fast the device completed I/O
+        // there against the whole interval, so a device that slowed down is
+        // measured as it is now, and one that was idle before a tenant's
+        // return (or a throttle's backlog let through at once, rig
+        // `on-off-rig`) is not taken for one that lost capacity.
+        // Load the policy knows of but does not decide (a dead cluster host's
+        // tenants at the caps it left) is served by the device like ours:
+        // counted, the loop learns the device, not what the others leave of
+        // it, and a probe past the device's level is bounded by the model
+        // (simulated `noisy-20-cluster`: without it the new allocator learned
+        // 0.72 of the device and probed past that level, overshooting).
+        let total = priced.total + snapshot.foreign_load();
+        let (device, served) = match (early_seen, snapshot.device) {
+            (Some(&seen), Some(dev)) if dev.iops > 0.0 && seen.iops.is_finite() => {
+                (Some(seen), total * seen.iops.max(0.0) / dev.iops)
+            }
+            (_, dev) => (dev, total),
+        };
+        let dev = device?;
+        Some(Observation {
+            newcomer: evidence.newcomer,
+            departed: evidence.departed,
+            latency_us: dev.mean_latency_us(),
+            avg_queue: Some(dev.avg_queue),
+            served,
+            held_by_device: evidence.held_by_device,
+            wants_more: evidence.wants_more,
+            floor_short: evidence.floor_short,
+            floor_short_by_device: evidence.floor_short_by_device,
+            protected_slowed: evidence.protected_slowed,
+            contended: total >= p.border * self.capacity.estimate(),
+            interval: Some(snapshot.interval),
+            floors_need: (priced.reserved.iter().sum::<f64>() + snapshot.foreign_load())
+                / p.target_utilisation,
+            handed_out: p.target_utilisation,
+            early: early_seen.is_some(),
+        })
     }
 
     /// Step 3: what each tenant wants this interval (module doc, step 3).
@@ -928,157 +1204,12 @@ impl FloorPolicy {
         tenants: &[Priced],
         shares: &Shares,
     ) -> Vec<Decided> {
-        let p = &self.params;
-        let capacity = device.capacity;
-        let any_starved = tenants.iter().any(|t| t.starved);
-        let entitled: f64 = shares.entitlement.iter().sum();
-        let can_give = p.target_utilisation * capacity;
-        // The share of every floor that can be kept (1 while they fit).
-        let floors_fit = self
-            .feasibility
-            .filter(|f| f.floors > 0.0)
-            .map_or(1.0, |f| (can_give / f.floors).min(1.0));
-        let lent = lent_by_siblings(priced, tenants, shares);
-        // What the entitlements leave, and the weight of those pressing for
-        // more of it (not held by their own ceilings): a tenant back from
-        // idle shares it with them (the burst guard below); with
-        // `class_priority` a container shares it with containers only.
-        let spare = (can_give - entitled).max(0.0);
-        let pressing_weight = |containers_only: bool| -> f64 {
-            (0..tenants.len())
-                .filter(|&j| shares.alloc[j] < tenants[j].demand.min(tenants[j].ceiling))
-                .filter(|&j| !containers_only || tenants[j].class == TenantClass::Container)
-                .map(|j| priced.node_weight[j])
-                .sum()
-        };
-        let pressing_weight = [pressing_weight(false), pressing_weight(true)];
-        let decided: Vec<Decided> = tenants
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let prev_cap = priced.prev[i].cap;
-                // What must be there at once when the tenant asks: its own
-                // floor, or a group member's part of the group's (lent to a
-                // sibling while it is idle), scaled as every floor is while
-                // they do not fit. An idle tenant's cap set while they did
-                // not fit would otherwise come back only by the release
-                // factor once they fit again (property test: a capacity cut
-                // below one idle tenant's floor left it capped at 0.1 % of
-                // its floor in the next interval, with every floor fitting).
-                let own_part = priced.reserved[i] * floors_fit * ENFORCEMENT_MARGIN;
-                let limited = |c: f64| -> Option<f64> {
-                    if c >= capacity && t.ceiling >= capacity {
-                        None
-                    } else {
-                        Some(c.min(t.ceiling).max(MIN_CAP * capacity))
-                    }
-                };
-                let grow = |c: f64| match prev_cap {
-                    Some(old) if c > old => c.min(old * p.release_factor),
-                    _ => c,
-                };
-                let satisfied = shares.alloc[i] >= t.demand;
-                if satisfied || (!device.contended && !t.pressing) {
-                    // Nothing to hold back: loosen what is there, step by step.
-                    let loosened = match prev_cap {
-                        Some(old) => limited(old * p.release_factor),
-                        None => t.ceiling.is_finite().then_some(t.ceiling),
-                    };
-                    // Burst guard: while others hold entitlements, no tenant
-                    // may come back from idle faster than what they leave,
-                    // or its first interval would take the device from under
-                    // them. It costs nothing while the tenant stays below it.
-                    // An idle tenant without a floor of its own comes back
-                    // to its weight's part of that beside those pressing for
-                    // it, not to all of it: they keep theirs until the next
-                    // decision, and more would fill the queue the floors
-                    // wait in (simulated `churn`: a newcomer's first
-                    // interval was the protected p99). One with a floor
-                    // keeps it all: its floor must be there at once, and a
-                    // rate-limited job catches up what it lost (`churn`'s
-                    // `late`, held near its floor, missed its first window
-                    // and filled the queue in its second). In a tree the
-                    // weights are only siblings', so there it stays whole.
-                    let others = entitled - shares.entitlement[i];
-                    let cap = if others <= 0.0 {
-                        loosened
-                    } else {
-                        let returning =
-                            priced.usage[i] <= 0.0 && !priced.promised[i] && priced.tree.is_flat();
-                        let guard = if returning {
-                            let weight = priced.node_weight[i];
-                            let containers_only =
-                                p.class_priority && t.class == TenantClass::Container;
-                            spare * weight
-                                / (weight + pressing_weight[usize::from(containers_only)])
-                        } else {
-                            can_give - others
-                        };
-                        let guard = guard
-                            .max(shares.entitlement[i] * ENFORCEMENT_MARGIN)
-                            .max(own_part);
-                        match loosened {
-                            Some(c) => limited(c.min(guard).max(own_part)),
-                            None => limited(guard),
-                        }
-                    };
-                    return Decided { cap, holds: false };
-                }
-                // Nobody is short of a floor: a fast-path container may use all
-                // the others leave, not only the target's share of it; holding
-                // its deep queue back would help no one and waste the device.
-                let share = if t.fast_path && !any_starved {
-                    shares.alloc[i].max(capacity - (priced.total - priced.usage[i]))
-                } else {
-                    shares.alloc[i] + lent[i]
-                };
-                Decided {
-                    cap: limited(
-                        grow(share)
-                            .max(shares.entitlement[i] * ENFORCEMENT_MARGIN)
-                            .max(own_part),
-                    ),
-                    holds: true,
-                }
-            })
-            .collect();
+        let rules = CapRules::new(self, priced, device, tenants, shares);
+        let decided: Vec<Decided> = (0..tenants.len()).map(|i| rules.decide(i)).collect();
         if priced.tree.is_flat() {
             return decided;
         }
-        // A group's ceiling is hard: its members' caps add up to it at most.
-        let mut caps: Vec<f64> = decided
-            .iter()
-            .map(|d| d.cap.unwrap_or(f64::INFINITY))
-            .collect();
-        let reserve: Vec<f64> = priced.reserved.iter().map(|r| r * floors_fit).collect();
-        priced.tree.hold_ceilings(
-            &mut caps,
-            &shares.alloc,
-            &reserve,
-            &priced.node_ceiling,
-            &priced.node_weight,
-            MIN_CAP * capacity,
-        );
-        let mut decided: Vec<Decided> = decided
-            .into_iter()
-            .zip(caps)
-            .zip(tenants)
-            .map(|((d, cap), t)| match d.cap {
-                Some(c) if cap >= c => d,
-                None if cap.is_infinite() => d,
-                _ => Decided {
-                    cap: Some(cap),
-                    holds: d.holds || t.demand > cap,
-                },
-            })
-            .collect();
-        let guard = GroupGuard {
-            can_give,
-            entitled,
-            floors_fit,
-        };
-        share_limits(priced, shares, &guard, &mut decided);
-        decided
+        rules.within_groups(decided)
     }
 
     /// Keeps each tenant's cap and latency baseline for the next interval,

@@ -179,6 +179,95 @@ fn floor_text(v: &serde_json::Value) -> String {
     }
 }
 
+/// `cluster set-floor`: one tenant's floor on every host, or the host
+/// files' floors back (`clear`).
+fn set_floor(
+    tenant: &str,
+    floor: Option<&str>,
+    clear: bool,
+    url: &str,
+    token: Option<String>,
+) -> anyhow::Result<()> {
+    if tenant.trim().is_empty() {
+        return Err(bad("TENANT: must not be empty"));
+    }
+    let target = floors_url(url, Some(tenant));
+    let token = token.or_else(|| std::env::var("IOFLOOR_TOKEN").ok());
+    let answer = if clear {
+        call_api("DELETE", &target, token.as_deref(), None)?
+    } else {
+        let floor = floor.expect("clap requires FLOOR without --clear");
+        let floor = match floor.trim() {
+            "none" => serde_json::Value::Null,
+            rate => {
+                // Checked here too, so a typo is named before any request.
+                Rate::parse(rate).map_err(|e| bad(format!("FLOOR `{rate}`: {e}")))?;
+                serde_json::Value::String(rate.into())
+            }
+        };
+        call_api(
+            "PUT",
+            &target,
+            token.as_deref(),
+            Some(serde_json::json!({ "floor": floor })),
+        )?
+    };
+    if clear {
+        println!("{tenant}: the host files' floors apply");
+    } else {
+        println!(
+            "{tenant}: floor {} on every host",
+            floor_text(&answer["floor"])
+        );
+    }
+    Ok(())
+}
+
+/// `cluster up`: a test bed of `hosts` hosts sharing a device of `iops`.
+fn bed_up(
+    hosts: usize,
+    iops: u64,
+    bps: Option<&str>,
+    size: &str,
+    state_dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    let root = state_root(state_dir)?;
+    if hosts == 0 || hosts > MAX_HOSTS {
+        return Err(bad(format!("--hosts: must be 1..{MAX_HOSTS}, got {hosts}")));
+    }
+    let spec = RigSpec {
+        iops,
+        bps: parse_bps(bps)?,
+        size_unit: None,
+        size: parse_size_arg("--size", size)?,
+    };
+    spec.validate().map_err(|e| bad(e.to_string()))?;
+    if !ClusterBed::list(root)?.is_empty() {
+        return Err(bad(format!(
+            "--state-dir {}: a test bed is already up there; `iofloor cluster down` first, or use another --state-dir",
+            root.display()
+        )));
+    }
+    let bed = ClusterBed::up(hosts, spec, root)?;
+    eprintln!("test bed in {} ({} IOPS shared)", bed.dir.display(), iops);
+    print_bed(&bed);
+    Ok(())
+}
+
+/// `cluster set`: the shared device's capacity, changed live.
+fn bed_set(iops: u64, bps: Option<&str>, state_dir: &std::path::Path) -> anyhow::Result<()> {
+    let mut bed = ClusterBed::only(state_root(state_dir)?)?;
+    let spec = RigSpec {
+        iops,
+        bps: parse_bps(bps)?,
+        ..bed.spec
+    };
+    spec.validate().map_err(|e| bad(e.to_string()))?;
+    bed.change_capacity(spec)?;
+    eprintln!("the shared device now serves {iops} IOPS");
+    Ok(())
+}
+
 pub fn cluster(action: ClusterAction) -> anyhow::Result<()> {
     match action {
         ClusterAction::SetFloor {
@@ -187,40 +276,7 @@ pub fn cluster(action: ClusterAction) -> anyhow::Result<()> {
             clear,
             url,
             token,
-        } => {
-            if tenant.trim().is_empty() {
-                return Err(bad("TENANT: must not be empty"));
-            }
-            let target = floors_url(&url, Some(&tenant));
-            let token = token.or_else(|| std::env::var("IOFLOOR_TOKEN").ok());
-            let answer = if clear {
-                call_api("DELETE", &target, token.as_deref(), None)?
-            } else {
-                let floor = floor.expect("clap requires FLOOR without --clear");
-                let floor = match floor.trim() {
-                    "none" => serde_json::Value::Null,
-                    rate => {
-                        // Checked here too, so a typo is named before any request.
-                        Rate::parse(rate).map_err(|e| bad(format!("FLOOR `{rate}`: {e}")))?;
-                        serde_json::Value::String(rate.into())
-                    }
-                };
-                call_api(
-                    "PUT",
-                    &target,
-                    token.as_deref(),
-                    Some(serde_json::json!({ "floor": floor })),
-                )?
-            };
-            if clear {
-                println!("{tenant}: the host files' floors apply");
-            } else {
-                println!(
-                    "{tenant}: floor {} on every host",
-                    floor_text(&answer["floor"])
-                );
-            }
-        }
+        } => set_floor(&tenant, floor.as_deref(), clear, &url, token)?,
         ClusterAction::Floors { url } => {
             let answer = call_api("GET", &floors_url(&url, None), None, None)?;
             for f in answer["floors"].as_array().into_iter().flatten() {
@@ -237,28 +293,7 @@ pub fn cluster(action: ClusterAction) -> anyhow::Result<()> {
             bps,
             size,
             state_dir,
-        } => {
-            let root = state_root(&state_dir)?;
-            if hosts == 0 || hosts > MAX_HOSTS {
-                return Err(bad(format!("--hosts: must be 1..{MAX_HOSTS}, got {hosts}")));
-            }
-            let spec = RigSpec {
-                iops,
-                bps: parse_bps(bps.as_deref())?,
-                size_unit: None,
-                size: parse_size_arg("--size", &size)?,
-            };
-            spec.validate().map_err(|e| bad(e.to_string()))?;
-            if !ClusterBed::list(root)?.is_empty() {
-                return Err(bad(format!(
-                    "--state-dir {}: a test bed is already up there; `iofloor cluster down` first, or use another --state-dir",
-                    root.display()
-                )));
-            }
-            let bed = ClusterBed::up(hosts, spec, root)?;
-            eprintln!("test bed in {} ({} IOPS shared)", bed.dir.display(), iops);
-            print_bed(&bed);
-        }
+        } => bed_up(hosts, iops, bps.as_deref(), &size, &state_dir)?,
         ClusterAction::Down { state_dir } => {
             let n = ClusterBed::down_all(state_root(&state_dir)?)?;
             eprintln!("removed {n} test bed(s)");
@@ -312,17 +347,7 @@ pub fn cluster(action: ClusterAction) -> anyhow::Result<()> {
             iops,
             bps,
             state_dir,
-        } => {
-            let mut bed = ClusterBed::only(state_root(&state_dir)?)?;
-            let spec = RigSpec {
-                iops,
-                bps: parse_bps(bps.as_deref())?,
-                ..bed.spec
-            };
-            spec.validate().map_err(|e| bad(e.to_string()))?;
-            bed.change_capacity(spec)?;
-            eprintln!("the shared device now serves {iops} IOPS");
-        }
+        } => bed_set(iops, bps.as_deref(), &state_dir)?,
     }
     Ok(())
 }
