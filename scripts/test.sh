@@ -53,6 +53,9 @@ step() {
 step "install what the real tests need" ./scripts/deps.sh
 step "cargo fmt" cargo fmt --all --check
 step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+# The code's habits (issue 33): no production function over about 80 lines
+# without a reason, typed errors in library crates, no two-file circles.
+step "code habits" bash -c 'scripts/analysis/long-functions.py --limit 90 --strict && scripts/analysis/module-circles.py'
 step "tests (build and run)" ./scripts/timed-tests.py
 if [[ -n ${IOFLOOR_FUZZ_SECONDS:-} ]]; then
   step "fuzz, ${IOFLOOR_FUZZ_SECONDS} s per target" ./scripts/fuzz.sh --seconds "$IOFLOOR_FUZZ_SECONDS"

@@ -9,6 +9,7 @@
 //! a results directory. Everything it creates — cgroups, fio processes,
 //! throttles — is removed at the end, on error and on Ctrl-C.
 
+mod agents;
 pub mod cluster;
 pub mod lag;
 mod play;

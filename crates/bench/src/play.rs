@@ -4,7 +4,7 @@
 //! schedule while the policy ticks and each second's window is sampled, and
 //! [`latency_from_logs`] turns fio's per-I/O logs into the latency figures.
 
-use crate::cluster::{AgentPlan, Agents};
+use crate::agents::{AgentPlan, Agents};
 use crate::session::{LogInfo, Session};
 use crate::truth::RigTruth;
 use crate::{BenchError, BenchOptions, Result};
@@ -17,7 +17,7 @@ use iofloor_core::Backend;
 use iofloor_core::{Counters, DirUsage, Usage};
 use iofloor_host::cgroup::DevId;
 use iofloor_host::diskstats::{DiskStat, DiskStats};
-use iofloor_host::fio::{self, FioJob};
+use iofloor_host::fio;
 use iofloor_host::qmp_backend::{HybridBackend, QmpBackend, QmpTarget};
 use iofloor_host::CgroupBackend;
 use iofloor_report::record::{DeviceWindow, TenantWindow, Throughput, Window};
@@ -790,40 +790,4 @@ fn device_sectors(dev: DevId) -> Result<u64> {
     text.trim()
         .parse()
         .map_err(|_| BenchError::Failed(format!("{}: not a number", p.display())))
-}
-
-/// Builds an fio job for one process of a scenario job.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn fio_job(
-    job: &Job,
-    name: String,
-    device: &Path,
-    iodepth: u32,
-    runtime_s: f64,
-    work: &Path,
-    offset: u64,
-    size: u64,
-) -> FioJob {
-    let (rate_bytes, rate_iops) = match job.rate {
-        Some(Rate::BytesPerSec(b)) => (Some(b.round().max(1.0) as u64), None),
-        Some(Rate::Iops(i)) => (None, Some(i.round().max(1.0) as u64)),
-        _ => (None, None),
-    };
-    let mixed = matches!(job.rw.as_fio(), "rw" | "randrw");
-    let mut fj = FioJob::new(
-        name.clone(),
-        device,
-        job.rw.as_fio(),
-        job.bs,
-        iodepth,
-        runtime_s,
-        work.join(format!("{name}.json")),
-    );
-    fj.rwmixread = mixed.then(|| (job.read_share * 100.0).round() as u8);
-    fj.rate_bytes = rate_bytes;
-    fj.rate_iops = rate_iops;
-    fj.lat_log = Some(work.join(&name));
-    fj.offset = offset;
-    fj.size = size;
-    fj
 }

@@ -3,10 +3,11 @@
 //! session (normal end, error, Ctrl-C) stops every process it started, by PID,
 //! clears the throttles and removes the cgroups.
 
-use crate::play::fio_job;
 use crate::{BenchError, Result};
+use iofloor_core::units::Rate;
 use iofloor_core::Caps;
 use iofloor_host::cgroup::{self, DevId, IoController};
+use iofloor_host::fio::FioJob;
 use iofloor_scenario::format::{Job, Scenario};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -463,4 +464,40 @@ fn sanitize(name: &str) -> String {
             }
         })
         .collect()
+}
+
+/// Builds an fio job for one process of a scenario job.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn fio_job(
+    job: &Job,
+    name: String,
+    device: &Path,
+    iodepth: u32,
+    runtime_s: f64,
+    work: &Path,
+    offset: u64,
+    size: u64,
+) -> FioJob {
+    let (rate_bytes, rate_iops) = match job.rate {
+        Some(Rate::BytesPerSec(b)) => (Some(b.round().max(1.0) as u64), None),
+        Some(Rate::Iops(i)) => (None, Some(i.round().max(1.0) as u64)),
+        _ => (None, None),
+    };
+    let mixed = matches!(job.rw.as_fio(), "rw" | "randrw");
+    let mut fj = FioJob::new(
+        name.clone(),
+        device,
+        job.rw.as_fio(),
+        job.bs,
+        iodepth,
+        runtime_s,
+        work.join(format!("{name}.json")),
+    );
+    fj.rwmixread = mixed.then(|| (job.read_share * 100.0).round() as u8);
+    fj.rate_bytes = rate_bytes;
+    fj.rate_iops = rate_iops;
+    fj.lat_log = Some(work.join(&name));
+    fj.offset = offset;
+    fj.size = size;
+    fj
 }

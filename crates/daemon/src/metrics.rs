@@ -404,7 +404,7 @@ impl TickSeries {
         );
     }
 
-    fn observe(&self, timing: &crate::service::TickTiming, overrun: bool) {
+    fn observe(&self, timing: &crate::view::TickTiming, overrun: bool) {
         self.ticks.inc();
         self.decision.observe(timing.decision.as_secs_f64());
         self.duration.observe(timing.duration.as_secs_f64());
@@ -578,7 +578,7 @@ impl Metrics {
         self.cluster.update(c);
     }
 
-    pub fn tick(&self, timing: &crate::service::TickTiming, overrun: bool) {
+    pub fn tick(&self, timing: &crate::view::TickTiming, overrun: bool) {
         self.ticks.observe(timing, overrun);
     }
 
@@ -623,7 +623,7 @@ mod tests {
     fn classic_text_names_counter_families_as_their_samples() {
         let m = Metrics::new("h1");
         m.tick(
-            &crate::service::TickTiming {
+            &crate::view::TickTiming {
                 decision: std::time::Duration::from_millis(1),
                 ..Default::default()
             },

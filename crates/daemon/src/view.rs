@@ -319,6 +319,20 @@ impl View {
     }
 }
 
+/// One interval's timing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TickTiming {
+    /// The policies' decisions, the longest device's.
+    pub decision: std::time::Duration,
+    /// The whole interval: counters read, decisions, caps written, published.
+    pub duration: std::time::Duration,
+    /// Start after the scheduled time: API changes handled first, or a
+    /// machine too busy to wake the thread on time.
+    pub lateness: std::time::Duration,
+    /// Run before its interval ended, on what a look at the devices saw.
+    pub early: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@
 //! hosts for tests and benches lives in `iofloor-testbed`.
 
 pub mod backend;
+mod backoff;
 pub mod calibrate;
 pub mod cgroup;
 pub mod diskstats;

@@ -43,6 +43,7 @@ use crate::config::Config;
 use crate::discovery::Found;
 use crate::metrics::Metrics;
 use crate::ownership::Ownership;
+pub use crate::view::TickTiming;
 use crate::view::{Reload, Status, TenantView, View};
 use devices::{build_device, DeviceLoop};
 use finder::Finder;
@@ -54,7 +55,6 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use timing::TickClock;
-pub use timing::TickTiming;
 use tracing::{info, warn};
 
 /// How long a QMP command may take before the VM counts as unavailable.

@@ -5,26 +5,12 @@
 //! buckets). The loop's timing is this part's alone: the rest of the
 //! service asks it.
 
-use crate::view::{Percentiles, Status, TickStatus};
+use crate::view::{Percentiles, Status, TickStatus, TickTiming};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// Ticks the status percentiles are taken over.
 const KEPT: usize = 1000;
-
-/// One interval's timing.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TickTiming {
-    /// The policies' decisions, the longest device's.
-    pub decision: Duration,
-    /// The whole interval: counters read, decisions, caps written, published.
-    pub duration: Duration,
-    /// Start after the scheduled time: API changes handled first, or a
-    /// machine too busy to wake the thread on time.
-    pub lateness: Duration,
-    /// Run before its interval ended, on what a look at the devices saw.
-    pub early: bool,
-}
 
 #[derive(Debug, Default)]
 pub struct TickHistory {

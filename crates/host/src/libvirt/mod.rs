@@ -15,8 +15,8 @@
 
 mod ffi;
 
+use crate::backoff::Hung;
 use crate::error::{HostError, Result};
-use crate::qmp_backend::Hung;
 use ffi::{Connection, Domain, LvError, ParamValue, TypedParam};
 use iofloor_core::{Backend, Caps, Counters, DeviceCounters, TenantSpec};
 use serde::{Deserialize, Serialize};
