@@ -149,7 +149,7 @@ pub(super) fn restore_entry(e: &Entry) -> anyhow::Result<()> {
 
 /// Puts one tenant's original limits back, through the device's backends
 /// when the daemon has them (a QMP socket serves one client at a time).
-fn restore(
+pub(super) fn restore(
     tenant: &str,
     original: &Original,
     backend: Option<&mut HybridBackend>,
@@ -232,9 +232,9 @@ impl Service {
             return true;
         };
         let d = &mut self.devices[t.device];
-        d.controller.remove_tenant(name);
+        d.stop_deciding(name);
         let restored = match self.ownership.get(name).map(|e| e.original.clone()) {
-            Some(original) => match restore(name, &original, Some(&mut d.backend)) {
+            Some(original) => match d.restore_limits(name, &original) {
                 Ok(()) => true,
                 Err(e) => {
                     warn!(tenant = %name, "could not restore its limits: {e}");
@@ -243,26 +243,17 @@ impl Service {
             },
             None => true,
         };
-        d.backend.qmp.remove_tenant(name);
-        if let Some(l) = d.backend.libvirt.as_mut() {
-            l.remove_tenant(name);
-        }
         let mut pod_restored = true;
-        if let FoundKind::Cgroup(_) = t.found.kind {
-            let shared = d.backend.cgroups.remove_tenant(name);
-            // The pod's last container: the pod's cgroup gets its limits back
-            // (kept in the state file if that fails, as a tenant's are).
-            if let (Some(pod_cgroup), Some(g)) = (shared, &t.spec.group) {
-                if d.backend.cgroups.sharing(&pod_cgroup) == 0 {
-                    let key = pod_key(&g.name);
-                    if let Some(e) = self.ownership.get(&key).cloned() {
-                        match restore(&key, &e.original, None) {
-                            Ok(()) => self.ownership.forget(&key),
-                            Err(err) => {
-                                warn!(group = %g.name, "could not restore the pod cgroup's limits: {err}");
-                                pod_restored = false;
-                            }
-                        }
+        // The pod's last container: the pod's cgroup gets its limits back
+        // (kept in the state file if that fails, as a tenant's are).
+        if let (Some(_), Some(g)) = (d.disconnect(name), &t.spec.group) {
+            let key = pod_key(&g.name);
+            if let Some(e) = self.ownership.get(&key).cloned() {
+                match restore(&key, &e.original, None) {
+                    Ok(()) => self.ownership.forget(&key),
+                    Err(err) => {
+                        warn!(group = %g.name, "could not restore the pod cgroup's limits: {err}");
+                        pod_restored = false;
                     }
                 }
             }
@@ -305,12 +296,10 @@ impl Service {
             original,
         });
         if let FoundKind::Cgroup(rel) = &found.kind {
-            let d = &mut self.devices[device];
-            d.backend.cgroups.add_tenant(&found.name, rel.clone());
+            self.devices[device].connect_cgroup(&found.name, rel.clone());
             self.share_pod_limit(device, &found, &spec, rel);
         }
-        let d = &mut self.devices[device];
-        d.controller.add_tenant(spec.clone());
+        self.devices[device].start_deciding(spec.clone());
         self.finder.adopted(&found.name);
         info!(tenant = %found.name, path = %found.path(&self.cgroup_root).display(), "adopted");
         self.roster.insert(
@@ -368,7 +357,6 @@ impl Service {
         spec: &TenantSpec,
         kept: Option<Original>,
     ) -> Result<Original, HostError> {
-        let d = &mut self.devices[device];
         match &found.kind {
             FoundKind::Libvirt { domain, uuid, disk } => {
                 let disk = DomainInfo {
@@ -379,31 +367,19 @@ impl Service {
                 self.reach_libvirt(device, found, spec, kept, disk)
             }
             FoundKind::Qmp { socket, drive } => {
-                let qmp = &mut d.backend.qmp;
-                qmp.add_tenant(&found.name, socket, QmpTarget::Drive { id: drive.clone() });
-                if let Some(kept) = kept {
-                    return Ok(kept);
-                }
-                match qmp.drive_throttle(&found.name) {
-                    Ok(limits) => Ok(Original::Qmp {
-                        socket: socket.clone(),
-                        drive: drive.clone(),
-                        limits,
-                    }),
-                    Err(e) => {
-                        qmp.remove_tenant(&found.name);
-                        Err(e)
-                    }
-                }
+                self.devices[device].connect_qmp(&found.name, socket, drive, kept)
             }
             FoundKind::Cgroup(rel) => match kept {
                 Some(kept) => Ok(kept),
-                None => Ok(Original::Cgroup {
-                    root: self.cgroup_root.clone(),
-                    cgroup: rel.clone(),
-                    device: d.config.id,
-                    caps: d.backend.cgroups.controller().caps(rel)?,
-                }),
+                None => {
+                    let d = &self.devices[device];
+                    Ok(Original::Cgroup {
+                        root: self.cgroup_root.clone(),
+                        cgroup: rel.clone(),
+                        device: d.id(),
+                        caps: d.cgroup_caps(rel)?,
+                    })
+                }
             },
         }
     }
@@ -418,7 +394,6 @@ impl Service {
         kept: Option<Original>,
         vm: DomainInfo,
     ) -> Result<Original, HostError> {
-        let disk = vm.disks.concat();
         let uri = self.config.libvirt_uri.clone();
         // `share = "vm"`: the VM's disks share one QEMU throttle group
         // holding their caps added up.
@@ -427,31 +402,7 @@ impl Service {
             .as_ref()
             .filter(|_| self.config.tenants[found.entry].share.is_some())
             .map(|g| throttle_group_name(&g.name));
-        let d = &mut self.devices[device];
-        let l = match d.backend.libvirt.as_mut() {
-            Some(l) => l,
-            None => d
-                .backend
-                .libvirt
-                .insert(LibvirtBackend::new(&uri, LIBVIRT_TIMEOUT)?),
-        };
-        l.add_tenant(&found.name, &vm, &disk, shared.as_deref());
-        if let Some(kept) = kept {
-            return Ok(kept);
-        }
-        match l.io_tune(&found.name) {
-            Ok(tune) => Ok(Original::Libvirt {
-                uri,
-                uuid: vm.uuid,
-                domain: vm.name,
-                disk,
-                tune,
-            }),
-            Err(e) => {
-                l.remove_tenant(&found.name);
-                Err(e)
-            }
-        }
+        self.devices[device].connect_libvirt(&uri, &found.name, vm, shared.as_deref(), kept)
     }
 
     /// A pod on cgroup v2: its containers' caps go to the pod's own cgroup,
@@ -469,14 +420,14 @@ impl Service {
         };
         let d = &mut self.devices[device];
         let recorded = self.ownership.get(&key).is_some()
-            || match d.backend.cgroups.controller().caps(&pod_cgroup) {
+            || match d.cgroup_caps(&pod_cgroup) {
                 Ok(caps) => {
                     self.ownership.stage(Entry {
                         tenant: key,
                         original: Original::Cgroup {
                             root: self.cgroup_root.clone(),
                             cgroup: pod_cgroup.clone(),
-                            device: d.config.id,
+                            device: d.id(),
                             caps,
                         },
                     });
@@ -488,7 +439,7 @@ impl Service {
                 }
             };
         if recorded {
-            d.backend.cgroups.share_limit(&found.name, pod_cgroup);
+            d.share_cgroup_limit(&found.name, pod_cgroup);
         }
     }
 
@@ -497,12 +448,8 @@ impl Service {
     fn abandon(&mut self, name: &str) {
         if let Some(t) = self.roster.remove(name) {
             let d = &mut self.devices[t.device];
-            d.controller.remove_tenant(name);
-            d.backend.qmp.remove_tenant(name);
-            d.backend.cgroups.remove_tenant(name);
-            if let Some(l) = d.backend.libvirt.as_mut() {
-                l.remove_tenant(name);
-            }
+            d.stop_deciding(name);
+            d.disconnect(name);
         }
         self.ownership.forget(name);
     }

@@ -1,26 +1,34 @@
 //! The devices: one controller and one set of host backends per device, its
 //! presence checked each interval, and the tick that drives them.
 
-use super::{Service, Tenant, QMP_TIMEOUT};
+use super::{Service, Tenant, LIBVIRT_TIMEOUT, QMP_TIMEOUT};
 use crate::config::{Config, DeviceConfig, ModelSource};
+use crate::ownership::Original;
 use crate::view::{DeviceState, UsageView};
-use iofloor_core::{Caps, Controller, CostModel, PolicyContext, TickReport, Usage};
-use iofloor_host::qmp_backend::{HybridBackend, QmpBackend};
+use iofloor_core::{Caps, Controller, CostModel, PolicyContext, TenantSpec, TickReport, Usage};
+use iofloor_host::libvirt::{DomainInfo, LibvirtBackend};
+use iofloor_host::qmp_backend::{HybridBackend, QmpBackend, QmpTarget};
+use iofloor_host::HostError;
 use iofloor_host::{CgroupBackend, DevId};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn};
 
+/// One device's loop: its controller, the backends that reach its tenants
+/// (cgroups, QEMU monitors, libvirt), whether it is there, and what its
+/// last interval showed. The service connects and disconnects tenants
+/// through it; nothing else touches its controller or backends.
 pub(super) struct DeviceLoop {
-    pub(super) config: DeviceConfig,
-    pub(super) cost: CostModel,
+    config: DeviceConfig,
+    cost: CostModel,
     /// The policy's parameters as built (with the calibrated queue knee).
-    pub(super) params: iofloor_core::PolicyParams,
-    pub(super) controller: Controller,
-    pub(super) backend: HybridBackend,
-    pub(super) present: bool,
-    pub(super) state: DeviceState,
+    params: iofloor_core::PolicyParams,
+    controller: Controller,
+    backend: HybridBackend,
+    present: bool,
+    state: DeviceState,
 }
 
 /// The cgroup hierarchy to use: the config's, else v2 with io at
@@ -180,23 +188,13 @@ impl Service {
     pub(super) fn between_intervals(&mut self, now: Duration, look: bool) -> bool {
         let mut early = false;
         for d in &mut self.devices {
-            if !d.present {
-                continue;
-            }
-            if let Some(news) = d.controller.apply_news(now, &mut d.backend) {
-                for (name, caps) in news.applied {
-                    if let Some(t) = self.roster.get_mut(&name) {
-                        t.caps = caps;
-                    }
-                }
-                for (name, e) in news.errors {
-                    // The next interval writes them again.
-                    warn!(tenant = %name, "applying the cluster's allocation: {e}");
+            let (applied, wants_early) = d.between_intervals(now, look);
+            for (name, caps) in applied {
+                if let Some(t) = self.roster.get_mut(&name) {
+                    t.caps = caps;
                 }
             }
-            if look {
-                early |= d.controller.look(now, &mut d.backend);
-            }
+            early |= wants_early;
         }
         early
     }
@@ -205,19 +203,8 @@ impl Service {
     /// its tenants unavailable (not idle) until it returns.
     fn device_is_present(&mut self, di: usize) -> bool {
         let d = &mut self.devices[di];
-        let present = device_present(&d.config);
-        if present != d.present {
-            if present {
-                info!(device = %d.config.name, "device is back");
-            } else {
-                warn!(device = %d.config.name, "device removed; its tenants are skipped until it returns");
-            }
-            d.present = present;
-        }
+        let present = d.check_presence();
         if !present {
-            d.state.utilisation = None;
-            d.state.avg_queue = None;
-            d.state.contended = None;
             let error = format!("device {} removed", d.config.name);
             for t in self.roster.on_device_mut(di) {
                 t.available = false;
@@ -262,6 +249,186 @@ pub(super) struct DeviceTick {
 }
 
 impl DeviceLoop {
+    pub(super) fn id(&self) -> DevId {
+        self.config.id
+    }
+
+    /// What the device's last interval showed.
+    pub(super) fn state(&self) -> &DeviceState {
+        &self.state
+    }
+
+    pub(super) fn cost(&self) -> CostModel {
+        self.cost
+    }
+
+    /// The policy's parameters as built (with the calibrated queue knee).
+    pub(super) fn params(&self) -> &iofloor_core::PolicyParams {
+        &self.params
+    }
+
+    /// The capacity the policy learned, in cost units per second.
+    pub(super) fn capacity_estimate(&self) -> Option<f64> {
+        self.controller.capacity_estimate()
+    }
+
+    /// Whether the device is there (logged when that changes); one that is
+    /// gone shows no queue, load or verdict.
+    fn check_presence(&mut self) -> bool {
+        let present = device_present(&self.config);
+        if present != self.present {
+            if present {
+                info!(device = %self.config.name, "device is back");
+            } else {
+                warn!(device = %self.config.name, "device removed; its tenants are skipped until it returns");
+            }
+            self.present = present;
+        }
+        if !present {
+            self.state.utilisation = None;
+            self.state.avg_queue = None;
+            self.state.contended = None;
+        }
+        present
+    }
+
+    /// Between intervals, if the device is there: a cluster allocation
+    /// that arrived is applied (the caps each tenant got are returned), and
+    /// with `look` the policy looks at the device; true when it wants to
+    /// decide now.
+    fn between_intervals(&mut self, now: Duration, look: bool) -> (Vec<(String, Caps)>, bool) {
+        if !self.present {
+            return (Vec::new(), false);
+        }
+        let mut applied = Vec::new();
+        if let Some(news) = self.controller.apply_news(now, &mut self.backend) {
+            applied = news.applied;
+            for (name, e) in news.errors {
+                // The next interval writes them again.
+                warn!(tenant = %name, "applying the cluster's allocation: {e}");
+            }
+        }
+        let early = look && self.controller.look(now, &mut self.backend);
+        (applied, early)
+    }
+
+    /// Starts deciding for a tenant whose backend is connected.
+    pub(super) fn start_deciding(&mut self, spec: Arc<TenantSpec>) {
+        self.controller.add_tenant(spec);
+    }
+
+    /// A tenant's new spec, in force from the next interval.
+    pub(super) fn update_spec(&mut self, spec: Arc<TenantSpec>) {
+        self.controller.update_spec(spec);
+    }
+
+    pub(super) fn stop_deciding(&mut self, name: &str) {
+        self.controller.remove_tenant(name);
+    }
+
+    /// The limits a cgroup has on this device now.
+    pub(super) fn cgroup_caps(&self, cgroup: &Path) -> Result<Caps, HostError> {
+        self.backend.cgroups.controller().caps(cgroup)
+    }
+
+    pub(super) fn connect_cgroup(&mut self, name: &str, cgroup: PathBuf) {
+        self.backend.cgroups.add_tenant(name, cgroup);
+    }
+
+    /// A tenant whose caps go, added up with its siblings', to `holder`
+    /// (a pod's own cgroup on v2).
+    pub(super) fn share_cgroup_limit(&mut self, name: &str, holder: PathBuf) {
+        self.backend.cgroups.share_limit(name, holder);
+    }
+
+    /// Connects a QEMU drive; returns the limits to put back on release:
+    /// `kept`, or those it has now. On an error it is not left connected.
+    pub(super) fn connect_qmp(
+        &mut self,
+        name: &str,
+        socket: &Path,
+        drive: &str,
+        kept: Option<Original>,
+    ) -> Result<Original, HostError> {
+        let qmp = &mut self.backend.qmp;
+        qmp.add_tenant(name, socket, QmpTarget::Drive { id: drive.into() });
+        if let Some(kept) = kept {
+            return Ok(kept);
+        }
+        match qmp.drive_throttle(name) {
+            Ok(limits) => Ok(Original::Qmp {
+                socket: socket.to_path_buf(),
+                drive: drive.into(),
+                limits,
+            }),
+            Err(e) => {
+                qmp.remove_tenant(name);
+                Err(e)
+            }
+        }
+    }
+
+    /// Connects the one disk of `vm` through libvirt at `uri` (reached on
+    /// first use), its caps in QEMU throttle group `shared` if given;
+    /// returns the limits to put back as [`DeviceLoop::connect_qmp`] does.
+    pub(super) fn connect_libvirt(
+        &mut self,
+        uri: &str,
+        name: &str,
+        vm: DomainInfo,
+        shared: Option<&str>,
+        kept: Option<Original>,
+    ) -> Result<Original, HostError> {
+        let disk = vm.disks.concat();
+        let l = match self.backend.libvirt.as_mut() {
+            Some(l) => l,
+            None => self
+                .backend
+                .libvirt
+                .insert(LibvirtBackend::new(uri, LIBVIRT_TIMEOUT)?),
+        };
+        l.add_tenant(name, &vm, &disk, shared);
+        if let Some(kept) = kept {
+            return Ok(kept);
+        }
+        match l.io_tune(name) {
+            Ok(tune) => Ok(Original::Libvirt {
+                uri: uri.into(),
+                uuid: vm.uuid,
+                domain: vm.name,
+                disk,
+                tune,
+            }),
+            Err(e) => {
+                l.remove_tenant(name);
+                Err(e)
+            }
+        }
+    }
+
+    /// Drops the connection to libvirt (its URI changed); the next
+    /// adoption reaches it again.
+    pub(super) fn forget_libvirt(&mut self) {
+        self.backend.libvirt = None;
+    }
+
+    /// Puts a tenant's original limits back, through this device's
+    /// backends (a QMP socket serves one client at a time).
+    pub(super) fn restore_limits(&mut self, name: &str, original: &Original) -> anyhow::Result<()> {
+        super::adoption::restore(name, original, Some(&mut self.backend))
+    }
+
+    /// Takes a tenant out of every backend; returns the cgroup its caps
+    /// were shared at if no tenant shares it any more.
+    pub(super) fn disconnect(&mut self, name: &str) -> Option<PathBuf> {
+        self.backend.qmp.remove_tenant(name);
+        if let Some(l) = self.backend.libvirt.as_mut() {
+            l.remove_tenant(name);
+        }
+        let holder = self.backend.cgroups.remove_tenant(name)?;
+        (self.backend.cgroups.sharing(&holder) == 0).then_some(holder)
+    }
+
     /// One interval of this device: its controller decides and applies, the
     /// device's state is noted, and what each tenant got is returned.
     pub(super) fn tick(&mut self, now: Duration, early: bool) -> DeviceTick {

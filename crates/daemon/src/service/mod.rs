@@ -172,9 +172,9 @@ impl Service {
             lease_ttl: c.lease_ttl,
             orphan_timeout: c.orphan_timeout,
             policy: self.config.policy,
-            params: device.params.clone(),
+            params: device.params().clone(),
             ctx: iofloor_core::PolicyContext {
-                cost: device.cost,
+                cost: device.cost(),
                 capacity: 1.0,
             },
         })
@@ -226,7 +226,7 @@ impl Service {
             return;
         };
         let spec = Arc::new(spec);
-        self.devices[t.device].controller.update_spec(spec.clone());
+        self.devices[t.device].update_spec(spec.clone());
         t.spec = spec;
     }
 

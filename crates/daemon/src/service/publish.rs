@@ -52,10 +52,10 @@ impl Service {
     /// Copies the state to the view, the metrics and the sample stream.
     pub(super) fn publish(&mut self, now: Duration) {
         let t_now = now.as_secs_f64();
-        let devices: Vec<DeviceState> = self.devices.iter().map(|d| d.state.clone()).collect();
+        let devices: Vec<DeviceState> = self.devices.iter().map(|d| d.state().clone()).collect();
         for (di, d) in self.devices.iter().enumerate() {
             let n = self.roster.count_on(di);
-            self.shared.metrics.device(&d.state, n);
+            self.shared.metrics.device(d.state(), n);
         }
         let admission = self.admission(None);
         let cluster = self.cluster_view();
@@ -113,7 +113,7 @@ impl Service {
                 FoundKind::Libvirt { .. } => SourceKind::Libvirt,
             },
             path: t.found.path(&self.cgroup_root).display().to_string(),
-            device: d.state.device.clone(),
+            device: d.state().device.clone(),
             floor: t.spec.floor,
             ceiling: t.spec.ceiling,
             weight: t.spec.weight,
@@ -161,8 +161,11 @@ impl Service {
                 // below it lowers what can be promised, one above it does not
                 // raise it (it comes and goes with the neighbours).
                 let usable = self.config.params.floor.target_utilisation
-                    * d.controller.capacity_estimate().unwrap_or(1.0).min(1.0);
-                AdmissionView::new(&d.state.device, &admission::check(&d.cost, usable, &rows))
+                    * d.capacity_estimate().unwrap_or(1.0).min(1.0);
+                AdmissionView::new(
+                    &d.state().device,
+                    &admission::check(&d.cost(), usable, &rows),
+                )
             })
             .collect()
     }

@@ -112,7 +112,7 @@ impl Service {
         }
         if old.libvirt_uri != self.config.libvirt_uri {
             for d in &mut self.devices {
-                d.backend.libvirt = None;
+                d.forget_libvirt();
             }
         }
     }
