@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what iofloor's real-device path needs and a fresh machine of this
-# kind lacks: fio, qemu-storage-daemon (qemu-system-common), and for the
-# real-guest test qemu-system-x86_64, busybox and cpio plus a guest image
-# (scripts/guest-image.sh), and for the daemon's tests promtool (prometheus)
-# and chromium; for cluster mode etcd (server and etcdctl), and protoc with
-# the well-known protobuf types, which the etcd client crate needs to build;
-# for the libvirt backend's tests libvirtd with its QEMU driver and virsh;
-# python3 for the test suite's runner.
+# kind lacks: fio, qemu-storage-daemon (qemu-system-common); for the
+# real-guest tests qemu-system-x86_64, busybox, cpio and binutils plus the
+# guest images (scripts/guest-image.sh: a load guest and a cgroup v2 host);
+# for the daemon's tests promtool (prometheus) and chromium; for cluster
+# mode etcd (server and etcdctl), and protoc with the well-known protobuf
+# types, which the etcd client crate needs to build; for the libvirt
+# backend's tests libvirtd with its QEMU driver and virsh; python3 for the
+# test suite's runner.
 # Needs root.
 set -euo pipefail
 missing=()
@@ -15,6 +16,9 @@ command -v qemu-storage-daemon >/dev/null || missing+=(qemu-system-common)
 command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
 [[ -x /bin/busybox ]] || missing+=(busybox-static)
 command -v cpio >/dev/null || missing+=(cpio)
+# The cgroup v2 guest (iofloor guest): iofloor goes in stripped of its
+# debug information.
+command -v strip >/dev/null || missing+=(binutils)
 # The daemon's tests: promtool checks /metrics, Chromium drives the dashboard.
 command -v promtool >/dev/null || missing+=(prometheus)
 command -v chromium >/dev/null || missing+=(chromium)

@@ -58,6 +58,12 @@ enum Command {
         #[command(subcommand)]
         action: cmd::cluster::ClusterAction,
     },
+    /// A cgroup v2 host in a TCG guest (io.max, io.stat, io.cost live), with
+    /// this iofloor, fio and a disk of known capacity in it.
+    Guest {
+        #[command(subcommand)]
+        action: cmd::guest::GuestAction,
+    },
 }
 
 fn main() -> ExitCode {
@@ -94,5 +100,6 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Top(args) => top::run(&args.url, &args.sort, args.once, args.cluster),
         Command::Rig { action } => cmd::rig::rig(action),
         Command::Cluster { action } => cmd::cluster::cluster(action),
+        Command::Guest { action } => cmd::guest::guest(action),
     }
 }

@@ -399,3 +399,60 @@ fn run_refuses_a_bad_config_with_file_line_and_key_and_leaves_nothing() {
         stderr(&o)
     );
 }
+
+/// `iofloor guest` refuses bad input before it boots anything: exit 2, the
+/// flag named, no state left.
+#[test]
+fn guest_refuses_bad_input_before_booting() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().to_str().unwrap();
+    for (args, says) in [
+        (
+            vec!["guest", "up", "--iops", "0", "--state-dir", dir],
+            "--iops",
+        ),
+        (
+            vec![
+                "guest",
+                "up",
+                "--iops",
+                "500",
+                "--memory",
+                "64",
+                "--state-dir",
+                dir,
+            ],
+            "--memory",
+        ),
+        (
+            vec!["guest", "up", "--iops", "500", "--state-dir", "guests"],
+            "must be an absolute path",
+        ),
+        (
+            vec!["guest", "exec", "--state-dir", dir, "--", "true"],
+            "no guest under",
+        ),
+        (
+            vec![
+                "guest",
+                "exec",
+                "--timeout",
+                "0",
+                "--state-dir",
+                dir,
+                "--",
+                "true",
+            ],
+            "--timeout",
+        ),
+        (
+            vec!["guest", "set", "--iops", "500", "--state-dir", dir],
+            "no guest under",
+        ),
+    ] {
+        let out = iofloor(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+    assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
+}

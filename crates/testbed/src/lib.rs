@@ -9,7 +9,10 @@
 //! - the **guest** ([`guest`]): a QEMU guest under TCG booting the project's
 //!   image, a VM tenant on a real QEMU;
 //! - **libvirt** ([`libvirt`]): the system's libvirtd, started when none
-//!   runs, and throwaway domains booting that image.
+//!   runs, and throwaway domains booting that image;
+//! - the **v2 guest** ([`v2guest`]): a QEMU guest under TCG that is a
+//!   cgroup v2 host (io controller, io.cost, BFQ) with fio and iofloor in
+//!   it, its disk of known capacity, commands run in it from the host.
 //!
 //! [`needs`] says what a real-kernel test needs and fails it loudly when the
 //! machine lacks it. (What a scenario's policies run on, the simulator or a
@@ -20,3 +23,4 @@ pub mod guest;
 pub mod libvirt;
 pub mod needs;
 pub mod rig;
+pub mod v2guest;

@@ -1,0 +1,166 @@
+//! `guest up|exec|set|down|list`: a cgroup v2 host in a TCG guest, with this
+//! iofloor, fio and a disk of known capacity in it (crates/testbed's
+//! v2guest).
+
+use crate::cmd::rig::{parse_bps, state_root};
+use crate::common::{bad, parse_size_arg};
+use clap::Subcommand;
+use iofloor_testbed::rig::RigSpec;
+use iofloor_testbed::v2guest::{V2Guest, DEFAULT_STATE_ROOT, GUEST_API_PORT};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Subcommand)]
+pub enum GuestAction {
+    /// Boot a guest; prints its state directory, then its disk as `MAJ:MIN
+    /// /dev/vda` and the host port of its API as the last lines.
+    Up {
+        /// I/Os per second its disk serves.
+        #[arg(long)]
+        iops: u64,
+        /// Bytes per second, if limited too (e.g. 200MiB/s).
+        #[arg(long)]
+        bps: Option<String>,
+        /// Count an I/O of n times this size as n I/Os (e.g. 4k).
+        #[arg(long)]
+        size_unit: Option<String>,
+        /// Disk size.
+        #[arg(long, default_value = "1GiB")]
+        size: String,
+        /// The guest's RAM, MiB (its initramfs, fio's libraries and iofloor
+        /// live in it).
+        #[arg(long, default_value_t = 1536)]
+        memory: u32,
+        /// Where guests are recorded; an absolute path, so `guest down` finds them from anywhere.
+        #[arg(long, default_value = DEFAULT_STATE_ROOT)]
+        state_dir: PathBuf,
+    },
+    /// Run a shell command in the guest; its output, and its exit status as
+    /// this command's.
+    Exec {
+        /// Seconds before it is given up.
+        #[arg(long, default_value_t = 60.0)]
+        timeout: f64,
+        #[arg(long, default_value = DEFAULT_STATE_ROOT)]
+        state_dir: PathBuf,
+        /// The command (busybox sh).
+        #[arg(required = true, trailing_var_arg = true)]
+        command: Vec<String>,
+    },
+    /// Change the guest disk's capacity while it is in use.
+    Set {
+        #[arg(long)]
+        iops: u64,
+        #[arg(long)]
+        bps: Option<String>,
+        #[arg(long, default_value = DEFAULT_STATE_ROOT)]
+        state_dir: PathBuf,
+    },
+    /// Remove every guest (also after a crash).
+    Down {
+        #[arg(long, default_value = DEFAULT_STATE_ROOT)]
+        state_dir: PathBuf,
+    },
+    /// List the guests.
+    List {
+        #[arg(long, default_value = DEFAULT_STATE_ROOT)]
+        state_dir: PathBuf,
+    },
+}
+
+pub fn guest(action: GuestAction) -> anyhow::Result<()> {
+    match action {
+        GuestAction::Up {
+            iops,
+            bps,
+            size_unit,
+            size,
+            memory,
+            state_dir,
+        } => {
+            let root = state_root(&state_dir)?;
+            let spec = RigSpec {
+                iops,
+                bps: parse_bps(bps.as_deref())?,
+                size_unit: size_unit
+                    .as_deref()
+                    .map(|s| parse_size_arg("--size-unit", s))
+                    .transpose()?,
+                size: parse_size_arg("--size", &size)?,
+            };
+            spec.validate().map_err(|e| bad(e.to_string()))?;
+            if !(256..=16384).contains(&memory) {
+                return Err(bad(format!(
+                    "--memory: must be 256..16384 MiB, got {memory}"
+                )));
+            }
+            // One TCG guest takes a core; two would starve each other and
+            // the host's I/O threads on this kind of machine.
+            if let Some(other) = V2Guest::list(root)?.first() {
+                return Err(bad(format!(
+                    "a guest is already up ({}); `iofloor guest down` first",
+                    other.dir.display()
+                )));
+            }
+            let me = std::env::current_exe()?;
+            let guest = V2Guest::up(spec, &[(me, "/usr/bin/iofloor".into())], memory, root)?;
+            println!("{}", guest.dir.display());
+            println!("{} /dev/vda", guest.device.as_deref().unwrap_or("?:?"));
+            println!(
+                "127.0.0.1:{} -> guest port {GUEST_API_PORT}",
+                guest.api_port
+            );
+        }
+        GuestAction::Exec {
+            timeout,
+            state_dir,
+            command,
+        } => {
+            if !(timeout.is_finite() && timeout > 0.0) {
+                return Err(bad(format!("--timeout: must be positive, got {timeout}")));
+            }
+            let guest = only(&state_dir)?;
+            let ran = guest.exec(&command.join(" "), Duration::from_secs_f64(timeout))?;
+            print!("{}", ran.output);
+            std::process::exit(ran.status.clamp(0, 255));
+        }
+        GuestAction::Set {
+            iops,
+            bps,
+            state_dir,
+        } => {
+            let mut guest = only(&state_dir)?;
+            let spec = RigSpec {
+                iops,
+                bps: parse_bps(bps.as_deref())?,
+                ..guest.spec
+            };
+            spec.validate().map_err(|e| bad(e.to_string()))?;
+            guest.change_capacity(spec)?;
+            eprintln!("the guest's disk now serves {iops} IOPS");
+        }
+        GuestAction::Down { state_dir } => {
+            let n = V2Guest::down_all(state_root(&state_dir)?)?;
+            eprintln!("removed {n} guest(s)");
+        }
+        GuestAction::List { state_dir } => {
+            for g in V2Guest::list(state_root(&state_dir)?)? {
+                println!("{}", serde_json::to_string_pretty(&g)?);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The one guest under `state_dir`.
+fn only(state_dir: &std::path::Path) -> anyhow::Result<V2Guest> {
+    let mut guests = V2Guest::list(state_root(state_dir)?)?;
+    match guests.len() {
+        1 => Ok(guests.remove(0)),
+        0 => Err(bad(format!(
+            "no guest under {}; `iofloor guest up` first",
+            state_dir.display()
+        ))),
+        n => Err(bad(format!("{n} guests under {}", state_dir.display()))),
+    }
+}

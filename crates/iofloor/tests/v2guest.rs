@@ -1,0 +1,316 @@
+//! cgroup v2 on a live kernel (issue 34): a TCG guest that is a v2 host
+//! (`iofloor guest`, Debian's kernel with the io controller), this iofloor
+//! in it driving fio tenants through `io.max` and reading `io.stat` as they
+//! move, on a disk of known capacity (a QEMU throttle group on the host).
+//! One boot serves every step; the guest is removed when the test ends,
+//! also when it fails.
+
+mod common;
+
+use common::{bin, real_environment};
+use iofloor_testbed::needs::{require, Need};
+use iofloor_testbed::rig::RigSpec;
+use iofloor_testbed::v2guest::{self, V2Guest};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The guest disk's capacity, 4 KiB I/Os per second.
+const CAPACITY: u64 = 1000;
+/// The quiet tenants' floors and the rates their fio asks for (a little
+/// above, as a tenant that uses its floor does).
+const Q1_FLOOR: f64 = 300.0;
+const Q2_FLOOR: f64 = 200.0;
+/// An operator's own limit on q2, which iofloor records when it adopts q2
+/// and puts back when it stops (as on v1).
+const OPERATOR_LIMIT: &str = "wbps=987654321";
+const T: Duration = Duration::from_secs(60);
+
+/// A guest for one test, removed on drop.
+struct TestGuest {
+    _state: tempfile::TempDir,
+    guest: V2Guest,
+}
+
+impl TestGuest {
+    fn up(iops: u64) -> TestGuest {
+        let state = tempfile::tempdir().unwrap();
+        let spec = RigSpec {
+            iops,
+            bps: None,
+            size_unit: None,
+            size: 1 << 30,
+        };
+        let started = Instant::now();
+        let files = [(PathBuf::from(bin()), "/usr/bin/iofloor".to_string())];
+        let guest = V2Guest::up(spec, &files, 1536, state.path()).expect("guest up");
+        eprintln!(
+            "guest up in {:.1} s: kernel {:?}, disk {:?}",
+            started.elapsed().as_secs_f64(),
+            guest.kernel,
+            guest.device
+        );
+        TestGuest {
+            _state: state,
+            guest,
+        }
+    }
+
+    fn sh(&self, command: &str) -> String {
+        self.guest.run(command, T).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `name`'s fio job in cgroup `cgroup` (under /sys/fs/cgroup), in the
+    /// background: 4 KiB random reads at `iodepth`, `rate` IOPS if given,
+    /// for `secs`, its JSON in /tmp/NAME.json.
+    fn start_fio(&self, name: &str, cgroup: &str, iodepth: u32, rate: Option<f64>, secs: u32) {
+        let rate = rate.map_or(String::new(), |r| format!("--rate_iops={r:.0}"));
+        let offset = match name {
+            "q1" => 0,
+            "q2" => 256,
+            _ => 512,
+        };
+        self.sh(&format!(
+            "rm -f /tmp/{name}.json; sh -c 'echo $$ > /sys/fs/cgroup/{cgroup}/cgroup.procs; exec fio --name={name} \
+             --filename=/dev/vda --direct=1 --ioengine=libaio --rw=randread --bs=4k \
+             --iodepth={iodepth} {rate} --offset={offset}M --size=256M --time_based \
+             --runtime={secs} --ramp_time=3 --output-format=json --output=/tmp/{name}.json' \
+             >/tmp/{name}.log 2>&1 &"
+        ));
+    }
+
+    /// Waits for the jobs `names` to end (each has written its JSON, which
+    /// fio does at its end); each one's read IOPS.
+    fn fio_iops(&self, names: &[&str]) -> Vec<f64> {
+        let deadline = Instant::now() + T;
+        let written: Vec<String> = names.iter().map(|n| format!("-s /tmp/{n}.json")).collect();
+        let all_written = format!(
+            "[ {} ] && ! pidof fio >/dev/null && echo done || true",
+            written.join(" -a ")
+        );
+        while self.sh(&all_written).trim() != "done" {
+            let logs = self.sh("cat /tmp/*.log 2>/dev/null || true");
+            assert!(Instant::now() < deadline, "fio did not end: {logs}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        names
+            .iter()
+            .map(|n| {
+                let text = self.sh(&format!("cat /tmp/{n}.json"));
+                let v: Value = serde_json::from_str(&text)
+                    .unwrap_or_else(|e| panic!("{n}'s fio output ({e}): {text}"));
+                v["jobs"][0]["read"]["iops"].as_f64().unwrap()
+            })
+            .collect()
+    }
+
+    /// Starts `iofloor run` in the guest; returns its PID once its API
+    /// answers on the host's forwarded port.
+    fn start_daemon(&self) -> u32 {
+        let pid: u32 = self
+            .sh("iofloor run --config /tmp/iofloor.toml >>/tmp/daemon.log 2>&1 & echo $!")
+            .trim()
+            .parse()
+            .unwrap();
+        let deadline = Instant::now() + T;
+        while self.status().is_none() {
+            let log = self.sh("cat /tmp/daemon.log");
+            assert!(
+                Instant::now() < deadline,
+                "the daemon's API never answered: {log}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        pid
+    }
+
+    fn api(&self, path: &str) -> Option<Value> {
+        let url = format!("http://127.0.0.1:{}{path}", self.guest.api_port);
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(5)))
+            .build()
+            .into();
+        agent.get(&url).call().ok()?.body_mut().read_json().ok()
+    }
+
+    fn status(&self) -> Option<Value> {
+        self.api("/api/v1/status")
+    }
+
+    fn io_max(&self, tenant: &str) -> String {
+        self.sh(&format!("cat /sys/fs/cgroup/tenants/{tenant}/io.max"))
+    }
+
+    /// Stops the daemon with `signal` and waits for it to end.
+    fn stop_daemon(&self, pid: u32, signal: &str) {
+        self.sh(&format!("kill -{signal} {pid}"));
+        let deadline = Instant::now() + T;
+        while self
+            .sh(&format!("kill -0 {pid} 2>/dev/null && echo alive || true"))
+            .trim()
+            == "alive"
+        {
+            assert!(Instant::now() < deadline, "the daemon did not stop");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for TestGuest {
+    fn drop(&mut self) {
+        if let Err(e) = self.guest.down() {
+            eprintln!("guest down: {e}");
+        }
+    }
+}
+
+fn config() -> String {
+    format!(
+        r#"interval = "1s"
+state_file = "/run/iofloor-state.json"
+cgroup_root = "/sys/fs/cgroup"
+
+[api]
+listen = "0.0.0.0:{port}"
+
+[[device]]
+name = "vda"
+path = "/dev/vda"
+[device.model]
+rbps = 100e9
+rseqiops = {CAPACITY}
+rrandiops = {CAPACITY}
+wbps = 100e9
+wseqiops = {CAPACITY}
+wrandiops = {CAPACITY}
+
+[[tenant]]
+name = "q1"
+cgroup = "tenants/q1"
+floor = "{Q1_FLOOR}iops"
+
+[[tenant]]
+name = "q2"
+cgroup = "tenants/q2"
+floor = "{Q2_FLOOR}iops"
+
+[[tenant]]
+name = "noisy"
+cgroup = "tenants/noisy"
+"#,
+        port = v2guest::GUEST_API_PORT
+    )
+}
+
+/// The quiet tenants and a noisy one for `secs`: q1 and q2 at QD 1 a
+/// little above their floors, the noisy one at QD 16.
+fn noisy_three(g: &TestGuest, secs: u32) -> Vec<f64> {
+    g.start_fio("q1", "tenants/q1", 1, Some(Q1_FLOOR * 1.1), secs);
+    g.start_fio("q2", "tenants/q2", 1, Some(Q2_FLOOR * 1.1), secs);
+    g.start_fio("noisy", "tenants/noisy", 16, None, secs);
+    g.fio_iops(&["q1", "q2", "noisy"])
+}
+
+#[test]
+fn iofloor_keeps_floors_on_a_live_cgroup_v2_host_and_puts_limits_back() {
+    if !real_environment()
+        || !require(
+            "iofloor_keeps_floors_on_a_live_cgroup_v2_host",
+            &[
+                Need::Program("qemu-system-x86_64"),
+                Need::File(v2guest::image_dir().join("base.cpio")),
+            ],
+        )
+    {
+        return;
+    }
+    // Uncapped first: what TCG itself can do, so that the capacity the
+    // test gives the disk is well below it.
+    let mut g = TestGuest::up(1_000_000);
+    g.start_fio("alone1", "", 1, None, 8);
+    let qd1 = g.fio_iops(&["alone1"])[0];
+    g.start_fio("alone16", "", 16, None, 8);
+    let qd16 = g.fio_iops(&["alone16"])[0];
+    eprintln!(
+        "TCG guest, uncapped disk: 4 KiB random reads {qd1:.0} IOPS at QD 1, {qd16:.0} at QD 16"
+    );
+    assert!(
+        qd16 >= 2.0 * CAPACITY as f64,
+        "TCG does {qd16:.0} IOPS: too close to the disk's {CAPACITY}"
+    );
+    let spec = RigSpec {
+        iops: CAPACITY,
+        ..g.guest.spec
+    };
+    g.guest.change_capacity(spec).unwrap();
+
+    // A v2 tree: io enabled for the tenants' parent, an operator's limit
+    // on q2 that must come back.
+    let device = g.guest.device.clone().expect("the guest's disk number");
+    g.sh(&format!(
+        "mkdir -p /sys/fs/cgroup/tenants && echo +io > /sys/fs/cgroup/tenants/cgroup.subtree_control && \
+         mkdir -p /sys/fs/cgroup/tenants/q1 /sys/fs/cgroup/tenants/q2 /sys/fs/cgroup/tenants/noisy && \
+         echo '{device} {OPERATOR_LIMIT}' > /sys/fs/cgroup/tenants/q2/io.max"
+    ));
+    let q2_before = g.io_max("q2");
+    assert!(q2_before.contains(OPERATOR_LIMIT), "{q2_before}");
+
+    let none = noisy_three(&g, 12);
+    eprintln!(
+        "none: q1 {:.0}, q2 {:.0}, noisy {:.0} IOPS",
+        none[0], none[1], none[2]
+    );
+
+    g.sh(&format!("cat > /tmp/iofloor.toml <<'CFG'\n{}CFG", config()));
+    let pid = g.start_daemon();
+    let floor = noisy_three(&g, 20);
+    let noisy_cap = g.io_max("noisy");
+    let q1_stat = g.sh("cat /sys/fs/cgroup/tenants/q1/io.stat");
+    let tenants = g.api("/api/v1/tenants").unwrap_or(Value::Null);
+    eprintln!(
+        "floor: q1 {:.0}, q2 {:.0}, noisy {:.0} IOPS; noisy's io.max `{}`; q1's io.stat `{}`",
+        floor[0],
+        floor[1],
+        floor[2],
+        noisy_cap.trim(),
+        q1_stat.trim()
+    );
+    assert!(
+        floor[0] >= 0.9 * Q1_FLOOR && floor[1] >= 0.9 * Q2_FLOOR,
+        "floors not kept: {floor:?} (none {none:?}); tenants {tenants}"
+    );
+    assert!(floor[2] < none[2], "the noisy tenant was not held back");
+    assert!(
+        noisy_cap.contains(&format!("{device} ")) && noisy_cap.contains("riops="),
+        "{noisy_cap}"
+    );
+    assert!(q1_stat.contains("rios="), "{q1_stat}");
+
+    // SIGTERM puts every limit back as it was.
+    g.stop_daemon(pid, "TERM");
+    assert_eq!(g.io_max("noisy").trim(), "", "noisy's cap is removed");
+    assert_eq!(g.io_max("q2"), q2_before, "q2's own limit is back");
+
+    // A crash leaves the caps; the next start puts them back first. (A
+    // tenant alone is never capped: q1 runs beside the noisy one.)
+    g.start_fio("q1", "tenants/q1", 1, Some(Q1_FLOOR * 1.1), 12);
+    g.start_fio("noisy", "tenants/noisy", 16, None, 12);
+    let pid = g.start_daemon();
+    let deadline = Instant::now() + T;
+    while !g.io_max("noisy").contains("riops=") {
+        assert!(Instant::now() < deadline, "no cap on the noisy tenant");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    g.stop_daemon(pid, "KILL");
+    assert!(
+        g.io_max("noisy").contains("riops="),
+        "a crash leaves the cap"
+    );
+    let pid = g.start_daemon();
+    g.fio_iops(&["q1", "noisy"]);
+    g.stop_daemon(pid, "TERM");
+    assert_eq!(g.io_max("noisy").trim(), "", "restored after the crash");
+    assert_eq!(g.io_max("q2"), q2_before);
+    let log = g.sh("cat /tmp/daemon.log");
+    assert!(!log.contains("panicked"), "{log}");
+}
