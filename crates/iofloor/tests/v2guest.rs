@@ -25,6 +25,8 @@ const Q2_FLOOR: f64 = 200.0;
 /// and puts back when it stops (as on v1).
 const OPERATOR_LIMIT: &str = "wbps=987654321";
 const T: Duration = Duration::from_secs(60);
+/// One TCG guest at a time: each takes a core of the two.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A guest for one test, removed on drop.
 struct TestGuest {
@@ -213,6 +215,7 @@ fn noisy_three(g: &TestGuest, secs: u32) -> Vec<f64> {
 
 #[test]
 fn iofloor_keeps_floors_on_a_live_cgroup_v2_host_and_puts_limits_back() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !real_environment()
         || !require(
             "iofloor_keeps_floors_on_a_live_cgroup_v2_host",
@@ -313,4 +316,87 @@ fn iofloor_keeps_floors_on_a_live_cgroup_v2_host_and_puts_limits_back() {
     assert_eq!(g.io_max("q2"), q2_before);
     let log = g.sh("cat /tmp/daemon.log");
     assert!(!log.contains("panicked"), "{log}");
+}
+
+/// The CLI's guest from up to down, as an operator uses it: a command's
+/// output and exit status, the capacity changed live, and nothing left
+/// after `down` (no QEMU naming the guest's directory, no disk on tmpfs, no
+/// state).
+#[test]
+fn the_guest_cli_runs_commands_changes_capacity_and_leaves_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment()
+        || !require(
+            "the_guest_cli_runs_commands_changes_capacity_and_leaves_nothing",
+            &[
+                Need::Program("qemu-system-x86_64"),
+                Need::File(v2guest::image_dir().join("base.cpio")),
+            ],
+        )
+    {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().to_str().unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(bin())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let up = run(&["guest", "up", "--iops", "800", "--state-dir", dir]);
+    let text = String::from_utf8_lossy(&up.stdout).to_string();
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    assert!(
+        text.contains(" /dev/vda") && text.contains("-> guest port 9180"),
+        "{text}"
+    );
+    let guest_dir = text.lines().next().unwrap().to_string();
+    let again = run(&["guest", "up", "--iops", "800", "--state-dir", dir]);
+    assert_eq!(again.status.code(), Some(2), "a second guest is refused");
+
+    let ran = run(&[
+        "guest",
+        "exec",
+        "--state-dir",
+        dir,
+        "--",
+        "cat /sys/fs/cgroup/cgroup.controllers; exit 3",
+    ]);
+    assert_eq!(ran.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&ran.stdout).contains("io"),
+        "{ran:?}"
+    );
+    assert!(run(&["guest", "set", "--iops", "500", "--state-dir", dir])
+        .status
+        .success());
+    let listed =
+        String::from_utf8_lossy(&run(&["guest", "list", "--state-dir", dir]).stdout).to_string();
+    assert!(listed.contains("\"iops\": 500"), "{listed}");
+    let backing = format!(
+        "/dev/shm/iofloor-{}.img",
+        PathBuf::from(&guest_dir)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+    );
+    assert!(PathBuf::from(&backing).exists());
+
+    assert!(run(&["guest", "down", "--state-dir", dir]).status.success());
+    let qemus = String::from_utf8_lossy(
+        &std::process::Command::new("pgrep")
+            .args(["-af", "qemu-system"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .to_string();
+    assert!(!qemus.contains(&guest_dir), "QEMU left running: {qemus}");
+    assert!(!PathBuf::from(&backing).exists(), "{backing} left");
+    assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
 }
