@@ -183,6 +183,17 @@ struct Judged {
 }
 
 impl Judged {
+    /// One tenant's or group's windows, each missed or not; counted in
+    /// `all` too.
+    fn of(verdicts: impl Iterator<Item = bool>, all: &mut Judged) -> Judged {
+        let mut own = Judged::default();
+        for missed in verdicts {
+            own.count(missed);
+            all.count(missed);
+        }
+        own
+    }
+
     fn count(&mut self, missed: bool) {
         self.windows += 1;
         self.missed += usize::from(missed);
@@ -222,14 +233,12 @@ fn tenant_measures(
         .iter()
         .map(|w| w.tenants[i].got.in_unit(t.unit))
         .collect();
-    let mut own = Judged::default();
-    for missed in counted
-        .iter()
-        .filter_map(|w| window_missed(run, i, &w.tenants[i]))
-    {
-        own.count(missed);
-        all.count(missed);
-    }
+    let own = Judged::of(
+        counted
+            .iter()
+            .filter_map(|w| window_missed(run, i, &w.tenants[i])),
+        all,
+    );
     let (min, max, avg) = spread(&series);
     TenantMeasures {
         name: t.name.clone(),
@@ -263,14 +272,12 @@ fn group_measures(
                 .iter()
                 .map(|ws| ws[g].got.in_unit(info.unit))
                 .collect();
-            let mut own = Judged::default();
-            for missed in per_window
-                .iter()
-                .filter_map(|ws| group_window_missed(info, &ws[g]))
-            {
-                own.count(missed);
-                all.count(missed);
-            }
+            let own = Judged::of(
+                per_window
+                    .iter()
+                    .filter_map(|ws| group_window_missed(info, &ws[g])),
+                all,
+            );
             let (min, max, avg) = spread(&series);
             GroupMeasures {
                 name: info.name.clone(),

@@ -321,7 +321,7 @@ impl Rig {
         let state_root =
             &std::path::absolute(state_root).map_err(|e| HostError::io(state_root, e))?;
         std::fs::create_dir_all(state_root).map_err(|e| HostError::io(state_root, e))?;
-        let dir = tempfile_dir(state_root)?;
+        let dir = new_state_dir(state_root, "rig")?;
         let rig = Rig {
             over_device: None,
             backing: dir.join("backing.img"),
@@ -358,7 +358,7 @@ impl Rig {
         let state_root =
             &std::path::absolute(state_root).map_err(|e| HostError::io(state_root, e))?;
         std::fs::create_dir_all(state_root).map_err(|e| HostError::io(state_root, e))?;
-        let dir = tempfile_dir(state_root)?;
+        let dir = new_state_dir(state_root, "rig")?;
         let rig = Rig {
             over_device: Some(device.to_path_buf()),
             backing: device.to_path_buf(),
@@ -521,10 +521,11 @@ pub(crate) fn down_each<T>(made: &[T], down: impl Fn(&T) -> Result<()>) -> Resul
     first_error.map_or(Ok(made.len()), Err)
 }
 
-/// A new directory `rig-<pid>-<n>` under `root`.
-fn tempfile_dir(root: &Path) -> Result<PathBuf> {
+/// A new directory `KIND-<pid>-<n>` under `root` (`rig`, `guest`): one
+/// test bed's state.
+pub(crate) fn new_state_dir(root: &Path, kind: &str) -> Result<PathBuf> {
     for n in 0..1000 {
-        let dir = root.join(format!("rig-{}-{n}", std::process::id()));
+        let dir = root.join(format!("{kind}-{}-{n}", std::process::id()));
         match std::fs::create_dir(&dir) {
             Ok(()) => return Ok(dir),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -533,7 +534,7 @@ fn tempfile_dir(root: &Path) -> Result<PathBuf> {
     }
     Err(HostError::not_usable(
         root.display(),
-        "no free rig directory name",
+        format!("no free {kind} directory name"),
     ))
 }
 

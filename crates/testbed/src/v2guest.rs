@@ -18,7 +18,7 @@
 //! `/run/iofloor/guests`) before making it, so `down` removes everything,
 //! also after a crash.
 
-use crate::rig::{down_each, which, RigSpec};
+use crate::rig::{down_each, new_state_dir, which, RigSpec};
 use crate::rig::{is_ours, qemu_value, read_pidfile, read_states, set_group_limits, stop_process};
 use iofloor_host::error::{HostError, Result};
 use serde::{Deserialize, Serialize};
@@ -101,7 +101,7 @@ impl V2Guest {
         let state_root =
             &std::path::absolute(state_root).map_err(|e| HostError::io(state_root, e))?;
         std::fs::create_dir_all(state_root).map_err(|e| HostError::io(state_root, e))?;
-        let dir = new_dir(state_root)?;
+        let dir = new_state_dir(state_root, "guest")?;
         let name = dir.file_name().unwrap_or_default().to_string_lossy();
         let guest = V2Guest {
             backing: PathBuf::from(format!("/dev/shm/iofloor-{name}.img")),
@@ -382,22 +382,6 @@ fn is_elf(path: &Path) -> bool {
     std::fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut magic))
         .is_ok_and(|()| magic == *b"\x7fELF")
-}
-
-/// A new directory `guest-<pid>-<n>` under `root`.
-fn new_dir(root: &Path) -> Result<PathBuf> {
-    for n in 0..1000 {
-        let dir = root.join(format!("guest-{}-{n}", std::process::id()));
-        match std::fs::create_dir(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(HostError::io(&dir, e)),
-        }
-    }
-    Err(HostError::not_usable(
-        root.display(),
-        "has no free guest-<pid>-<n> name",
-    ))
 }
 
 /// A port on the host's loopback nobody listens on now.

@@ -2,8 +2,8 @@
 //! iofloor, fio and a disk of known capacity in it (crates/testbed's
 //! v2guest).
 
-use crate::cmd::rig::{parse_bps, state_root};
-use crate::common::{bad, parse_size_arg};
+use crate::cmd::rig::{parse_bps, rig_spec, state_root};
+use crate::common::bad;
 use clap::Subcommand;
 use iofloor_testbed::rig::RigSpec;
 use iofloor_testbed::v2guest::{V2Guest, DEFAULT_STATE_ROOT, GUEST_API_PORT};
@@ -79,16 +79,7 @@ pub fn guest(action: GuestAction) -> anyhow::Result<()> {
             state_dir,
         } => {
             let root = state_root(&state_dir)?;
-            let spec = RigSpec {
-                iops,
-                bps: parse_bps(bps.as_deref())?,
-                size_unit: size_unit
-                    .as_deref()
-                    .map(|s| parse_size_arg("--size-unit", s))
-                    .transpose()?,
-                size: parse_size_arg("--size", &size)?,
-            };
-            spec.validate().map_err(|e| bad(e.to_string()))?;
+            let spec = rig_spec(iops, bps.as_deref(), size_unit.as_deref(), &size)?;
             if !(256..=16384).contains(&memory) {
                 return Err(bad(format!(
                     "--memory: must be 256..16384 MiB, got {memory}"

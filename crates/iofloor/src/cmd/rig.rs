@@ -74,6 +74,25 @@ pub(crate) fn parse_bps(bps: Option<&str>) -> anyhow::Result<Option<u64>> {
     }
 }
 
+/// A device's capacity from the `up` flags, checked.
+pub(crate) fn rig_spec(
+    iops: u64,
+    bps: Option<&str>,
+    size_unit: Option<&str>,
+    size: &str,
+) -> anyhow::Result<RigSpec> {
+    let spec = RigSpec {
+        iops,
+        bps: parse_bps(bps)?,
+        size_unit: size_unit
+            .map(|s| parse_size_arg("--size-unit", s))
+            .transpose()?,
+        size: parse_size_arg("--size", size)?,
+    };
+    spec.validate().map_err(|e| bad(e.to_string()))?;
+    Ok(spec)
+}
+
 pub fn rig(action: RigAction) -> anyhow::Result<()> {
     match action {
         RigAction::Up {
@@ -84,16 +103,7 @@ pub fn rig(action: RigAction) -> anyhow::Result<()> {
             state_dir,
         } => {
             let root = state_root(&state_dir)?;
-            let spec = RigSpec {
-                iops,
-                bps: parse_bps(bps.as_deref())?,
-                size_unit: size_unit
-                    .as_deref()
-                    .map(|s| parse_size_arg("--size-unit", s))
-                    .transpose()?,
-                size: parse_size_arg("--size", &size)?,
-            };
-            spec.validate().map_err(|e| bad(e.to_string()))?;
+            let spec = rig_spec(iops, bps.as_deref(), size_unit.as_deref(), &size)?;
             let rig = Rig::up(spec, root)?;
             eprintln!("rig in {} ({} IOPS)", rig.dir.display(), spec.iops);
             println!(
