@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The soak with crashes (crates/iofloor/tests/soak.rs): `iofloor run` over
-# the rig for DURATION (default 1h; 2m in scripts/test.sh) while tenants come and go, load
+# the rig for DURATION (default 1h; 90s in scripts/test.sh) while tenants come and go, load
 # changes, a QEMU guest comes and goes, the config is reloaded, floors change
 # over the API, and the daemon is SIGKILLed and restarted. Prints its figures
 # and fails on a throttle the state file does not own, a limit not restored,
