@@ -456,3 +456,49 @@ fn guest_refuses_bad_input_before_booting() {
     }
     assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
 }
+
+/// The shipped alerting rules load in Prometheus's own checker, their
+/// unit tests pass (an alert fires when its condition lasts and not before),
+/// and every iofloor metric they use is one the daemon exports (as
+/// docs/metrics.md lists them).
+#[test]
+fn the_alerting_rules_pass_promtool_and_use_exported_metrics() {
+    if !iofloor_testbed::needs::require(
+        "the_alerting_rules_pass_promtool",
+        &[iofloor_testbed::needs::Need::Program("promtool")],
+    ) {
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/prometheus");
+    for args in [
+        ["check", "rules", "iofloor-alerts.yml"],
+        ["test", "rules", "iofloor-alerts.test.yml"],
+    ] {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let rules = std::fs::read_to_string(dir.join("iofloor-alerts.yml")).unwrap();
+    let documented = std::fs::read_to_string(dir.join("../../docs/metrics.md")).unwrap();
+    let mut used: Vec<&str> = rules
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("iofloor_"))
+        .collect();
+    used.sort();
+    used.dedup();
+    assert!(used.len() >= 6, "{used:?}");
+    for metric in used {
+        assert!(
+            documented.contains(&format!("`{metric}")),
+            "{metric} is not a metric docs/metrics.md lists"
+        );
+    }
+}
