@@ -444,12 +444,14 @@ impl IoController for IoV2 {
 
     fn read(&self, cgroup: &Path) -> Result<Counters> {
         let path = self.root.join(cgroup).join("io.stat");
-        parse_v2_stat(&read_file(&path)?, self.dev, &path)
+        let text = fs::read_to_string(&path).map_err(|e| v2_io_file_error(&path, e))?;
+        parse_v2_stat(&text, self.dev, &path)
     }
 
     fn caps(&self, cgroup: &Path) -> Result<Caps> {
         let path = self.root.join(cgroup).join("io.max");
-        parse_v2_max(&read_file(&path)?, self.dev, &path)
+        let text = fs::read_to_string(&path).map_err(|e| v2_io_file_error(&path, e))?;
+        parse_v2_max(&text, self.dev, &path)
     }
 
     fn adjust_caps(&self, cgroup: &Path, caps: &Caps, tolerance: f64) -> Result<()> {
@@ -477,7 +479,28 @@ impl IoController for IoV2 {
             f(caps.read_iops),
             f(caps.write_iops)
         );
-        write_file(&self.root.join(cgroup).join("io.max"), &line)
+        let path = self.root.join(cgroup).join("io.max");
+        fs::write(&path, &line).map_err(|e| v2_io_file_error(&path, e))
+    }
+}
+
+/// The error for a v2 `io.*` file `path` that could not be used: a file
+/// missing from a cgroup that is there means its parent does not enable the
+/// io controller for its children, which the error says and where to.
+fn v2_io_file_error(path: &Path, e: std::io::Error) -> HostError {
+    let cgroup = path.parent().filter(|c| c.is_dir());
+    match cgroup {
+        Some(cgroup) if e.kind() == std::io::ErrorKind::NotFound => {
+            let parent = cgroup.parent().unwrap_or(cgroup);
+            HostError::not_usable(
+                path.display(),
+                format!(
+                    "missing: the io controller is not enabled for this cgroup (add `+io` to {})",
+                    parent.join("cgroup.subtree_control").display()
+                ),
+            )
+        }
+        _ => HostError::io(path, e),
     }
 }
 
@@ -631,6 +654,30 @@ mod tests {
         fs::remove_file(&io_max).unwrap();
         adjust(1031.0).unwrap();
         assert_eq!(v2.caps(Path::new("t")).unwrap(), iops(1031.0));
+    }
+
+    #[test]
+    fn a_v2_cgroup_without_io_says_which_parent_to_enable_it_in() {
+        let root = tempfile::tempdir().unwrap();
+        fs::create_dir_all(root.path().join("noio/t1")).unwrap();
+        let v2 = IoV2 {
+            root: root.path().to_path_buf(),
+            dev: DEV,
+        };
+        for e in [
+            v2.caps(Path::new("noio/t1")).unwrap_err().to_string(),
+            v2.read(Path::new("noio/t1")).unwrap_err().to_string(),
+        ] {
+            let parent = root.path().join("noio/cgroup.subtree_control");
+            assert!(
+                e.contains("noio/t1/io.")
+                    && e.contains(&format!("add `+io` to {}", parent.display())),
+                "{e}"
+            );
+        }
+        // A cgroup that is gone is an ordinary missing file.
+        let gone = v2.caps(Path::new("gone")).unwrap_err().to_string();
+        assert!(!gone.contains("+io"), "{gone}");
     }
 
     #[test]

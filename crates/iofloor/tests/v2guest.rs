@@ -199,6 +199,14 @@ floor = "{Q2_FLOOR}iops"
 [[tenant]]
 name = "noisy"
 cgroup = "tenants/noisy"
+
+# Bad input: its parent does not enable io for its children, so it has
+# no io.max or io.stat; it is skipped with a warning naming the file and
+# where to enable io.
+[[tenant]]
+name = "noio"
+cgroup = "noio/t1"
+floor = "100iops"
 "#,
         port = v2guest::GUEST_API_PORT
     )
@@ -255,6 +263,7 @@ fn iofloor_keeps_floors_on_a_live_cgroup_v2_host_and_puts_limits_back() {
          mkdir -p /sys/fs/cgroup/tenants/q1 /sys/fs/cgroup/tenants/q2 /sys/fs/cgroup/tenants/noisy && \
          echo '{device} {OPERATOR_LIMIT}' > /sys/fs/cgroup/tenants/q2/io.max"
     ));
+    g.sh("mkdir -p /sys/fs/cgroup/noio/t1");
     let q2_before = g.io_max("q2");
     assert!(q2_before.contains(OPERATOR_LIMIT), "{q2_before}");
 
@@ -288,6 +297,22 @@ fn iofloor_keeps_floors_on_a_live_cgroup_v2_host_and_puts_limits_back() {
         "{noisy_cap}"
     );
     assert!(q1_stat.contains("rios="), "{q1_stat}");
+
+    let log = g.sh("cat /tmp/daemon.log");
+    assert!(
+        log.contains("noio")
+            && log.contains("/sys/fs/cgroup/noio/t1/io.")
+            && log.contains("add `+io` to /sys/fs/cgroup/noio/cgroup.subtree_control"),
+        "the tenant without io is named with its file and the fix: {log}"
+    );
+    let noio_line = log.lines().find(|l| l.contains("noio")).unwrap_or_default();
+    eprintln!("the tenant without io: {noio_line}");
+    // Nothing was made there (io.pressure is the core's, not io's).
+    assert_eq!(
+        g.sh("test -e /sys/fs/cgroup/noio/t1/io.max && echo made || echo none")
+            .trim(),
+        "none"
+    );
 
     // SIGTERM puts every limit back as it was.
     g.stop_daemon(pid, "TERM");
