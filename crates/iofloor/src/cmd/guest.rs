@@ -2,7 +2,7 @@
 //! iofloor, fio and a disk of known capacity in it (crates/testbed's
 //! v2guest).
 
-use crate::cmd::rig::{parse_bps, rig_spec, state_root};
+use crate::cmd::rig::{parse_bps, state_root, DeviceArgs};
 use crate::common::bad;
 use clap::Subcommand;
 use iofloor_testbed::rig::RigSpec;
@@ -15,18 +15,9 @@ pub enum GuestAction {
     /// Boot a guest; prints its state directory, then its disk as `MAJ:MIN
     /// /dev/vda` and the host port of its API as the last lines.
     Up {
-        /// I/Os per second its disk serves.
-        #[arg(long)]
-        iops: u64,
-        /// Bytes per second, if limited too (e.g. 200MiB/s).
-        #[arg(long)]
-        bps: Option<String>,
-        /// Count an I/O of n times this size as n I/Os (e.g. 4k).
-        #[arg(long)]
-        size_unit: Option<String>,
-        /// Disk size.
-        #[arg(long, default_value = "1GiB")]
-        size: String,
+        /// Its disk.
+        #[command(flatten)]
+        disk: DeviceArgs,
         /// The guest's RAM, MiB (its initramfs, fio's libraries and iofloor
         /// live in it).
         #[arg(long, default_value_t = 1536)]
@@ -71,15 +62,12 @@ pub enum GuestAction {
 pub fn guest(action: GuestAction) -> anyhow::Result<()> {
     match action {
         GuestAction::Up {
-            iops,
-            bps,
-            size_unit,
-            size,
+            disk,
             memory,
             state_dir,
         } => {
             let root = state_root(&state_dir)?;
-            let spec = rig_spec(iops, bps.as_deref(), size_unit.as_deref(), &size)?;
+            let spec = disk.spec()?;
             if !(256..=16384).contains(&memory) {
                 return Err(bad(format!(
                     "--memory: must be 256..16384 MiB, got {memory}"

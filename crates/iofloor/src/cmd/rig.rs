@@ -2,26 +2,51 @@
 //! demos, whose capacity can be changed while it is in use.
 
 use crate::common::{bad, parse_size_arg};
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use iofloor_testbed::rig::{Rig, RigSpec, DEFAULT_STATE_ROOT};
 use std::path::{Path, PathBuf};
+
+/// A device of known capacity, as `rig up` and `guest up` take it.
+#[derive(Args)]
+pub struct DeviceArgs {
+    /// I/Os per second the device serves.
+    #[arg(long)]
+    iops: u64,
+    /// Bytes per second (e.g. 200MiB/s), if limited too.
+    #[arg(long)]
+    bps: Option<String>,
+    /// Count an I/O of n times this size as n I/Os (e.g. 4k).
+    #[arg(long)]
+    size_unit: Option<String>,
+    /// Device size.
+    #[arg(long, default_value = "1GiB")]
+    size: String,
+}
+
+impl DeviceArgs {
+    /// The capacity these flags give, checked.
+    pub(crate) fn spec(&self) -> anyhow::Result<RigSpec> {
+        let spec = RigSpec {
+            iops: self.iops,
+            bps: parse_bps(self.bps.as_deref())?,
+            size_unit: self
+                .size_unit
+                .as_deref()
+                .map(|s| parse_size_arg("--size-unit", s))
+                .transpose()?,
+            size: parse_size_arg("--size", &self.size)?,
+        };
+        spec.validate().map_err(|e| bad(e.to_string()))?;
+        Ok(spec)
+    }
+}
 
 #[derive(Subcommand)]
 pub enum RigAction {
     /// Create a rig; prints its block device as the last line.
     Up {
-        /// I/Os per second the device serves.
-        #[arg(long)]
-        iops: u64,
-        /// Bytes per second (e.g. 200MiB/s), if limited too.
-        #[arg(long)]
-        bps: Option<String>,
-        /// Count an I/O of n times this size as n I/Os (e.g. 4k).
-        #[arg(long)]
-        size_unit: Option<String>,
-        /// Device size.
-        #[arg(long, default_value = "1GiB")]
-        size: String,
+        #[command(flatten)]
+        device: DeviceArgs,
         /// Where rigs are recorded; an absolute path, so `rig down` finds them from anywhere.
         #[arg(long, default_value = DEFAULT_STATE_ROOT)]
         state_dir: PathBuf,
@@ -74,36 +99,11 @@ pub(crate) fn parse_bps(bps: Option<&str>) -> anyhow::Result<Option<u64>> {
     }
 }
 
-/// A device's capacity from the `up` flags, checked.
-pub(crate) fn rig_spec(
-    iops: u64,
-    bps: Option<&str>,
-    size_unit: Option<&str>,
-    size: &str,
-) -> anyhow::Result<RigSpec> {
-    let spec = RigSpec {
-        iops,
-        bps: parse_bps(bps)?,
-        size_unit: size_unit
-            .map(|s| parse_size_arg("--size-unit", s))
-            .transpose()?,
-        size: parse_size_arg("--size", size)?,
-    };
-    spec.validate().map_err(|e| bad(e.to_string()))?;
-    Ok(spec)
-}
-
 pub fn rig(action: RigAction) -> anyhow::Result<()> {
     match action {
-        RigAction::Up {
-            iops,
-            bps,
-            size_unit,
-            size,
-            state_dir,
-        } => {
+        RigAction::Up { device, state_dir } => {
             let root = state_root(&state_dir)?;
-            let spec = rig_spec(iops, bps.as_deref(), size_unit.as_deref(), &size)?;
+            let spec = device.spec()?;
             let rig = Rig::up(spec, root)?;
             eprintln!("rig in {} ({} IOPS)", rig.dir.display(), spec.iops);
             println!(
