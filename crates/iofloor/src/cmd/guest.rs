@@ -40,8 +40,10 @@ pub enum GuestAction {
     },
     /// Change the guest disk's capacity while it is in use.
     Set {
+        /// I/Os per second the disk serves from now on.
         #[arg(long)]
         iops: u64,
+        /// Bytes per second, if limited too.
         #[arg(long)]
         bps: Option<String>,
         #[arg(long, default_value = DEFAULT_STATE_ROOT)]
