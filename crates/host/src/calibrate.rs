@@ -165,81 +165,7 @@ impl Runner<'_> {
         }
         Ok((iops, lat))
     }
-}
 
-/// Least-squares fit of y = a + b·x.
-fn fit_line(points: &[(f64, f64)]) -> (f64, f64) {
-    let n = points.len() as f64;
-    let (sx, sy) = points
-        .iter()
-        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
-    let (mx, my) = (sx / n, sy / n);
-    let sxx: f64 = points.iter().map(|(x, _)| (x - mx).powi(2)).sum();
-    let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
-    let b = if sxx > 0.0 { sxy / sxx } else { 0.0 };
-    (my - b * mx, b)
-}
-
-const SIZES: [u64; 4] = [4096, 16384, 65536, 262144];
-
-/// Converts a fitted (base seconds, seconds per byte) into io.cost's (bps, 4 KiB IOPS).
-fn to_params(base: f64, per_byte: f64) -> (f64, f64) {
-    // A device whose cost does not grow with size has "infinite" bandwidth:
-    // cap it at 100 GB/s so the model stays finite.
-    let per_byte = per_byte.max(1e-11);
-    let base = base.max(0.0);
-    (1.0 / per_byte, 1.0 / (base + 4096.0 * per_byte))
-}
-
-pub fn calibrate(
-    device: &Path,
-    work: &Path,
-    secs: f64,
-    progress: &dyn Fn(&str),
-) -> Result<Calibration> {
-    std::fs::create_dir_all(work).map_err(|source| CalibrateError::Io {
-        path: work.to_path_buf(),
-        source,
-    })?;
-    let mut r = Runner {
-        device,
-        work,
-        secs,
-        n: 0,
-    };
-
-    progress("queue knee (4 KiB random reads, QD 1..64)");
-    let (knee, qd1_lat) = r.queue_knee()?;
-    let qd = (knee as u32).max(1);
-    let params = r.fit(qd, progress)?;
-    let model = CostModel::new(params).map_err(CalibrateError::Fit)?;
-    progress("held-out mixes");
-    let held_out = r.held_out(&model, qd)?;
-    // Err on the safe side: if any held-out mix did less than predicted, the
-    // device is slower than the model there; scale the model down to match.
-    let safety_scale = held_out
-        .iter()
-        .map(|h| (1.0 + h.error).min(1.0))
-        .fold(1.0, f64::min);
-    let params = CostParams {
-        rbps: params.rbps * safety_scale,
-        rseqiops: params.rseqiops * safety_scale,
-        rrandiops: params.rrandiops * safety_scale,
-        wbps: params.wbps * safety_scale,
-        wseqiops: params.wseqiops * safety_scale,
-        wrandiops: params.wrandiops * safety_scale,
-    };
-    Ok(Calibration {
-        device: device.to_path_buf(),
-        params,
-        queue_knee: knee,
-        qd1_latency_us: qd1_lat,
-        held_out,
-        safety_scale,
-    })
-}
-
-impl Runner<'_> {
     /// The least queue depth (of 2..64) whose latency is 1.5 times QD 1's
     /// (64 if none is), and QD 1's latency.
     fn queue_knee(&mut self) -> Result<(f64, f64)> {
@@ -318,6 +244,78 @@ impl Runner<'_> {
         }
         Ok(held_out)
     }
+}
+
+/// Least-squares fit of y = a + b·x.
+fn fit_line(points: &[(f64, f64)]) -> (f64, f64) {
+    let n = points.len() as f64;
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let sxx: f64 = points.iter().map(|(x, _)| (x - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+    let b = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    (my - b * mx, b)
+}
+
+const SIZES: [u64; 4] = [4096, 16384, 65536, 262144];
+
+/// Converts a fitted (base seconds, seconds per byte) into io.cost's (bps, 4 KiB IOPS).
+fn to_params(base: f64, per_byte: f64) -> (f64, f64) {
+    // A device whose cost does not grow with size has "infinite" bandwidth:
+    // cap it at 100 GB/s so the model stays finite.
+    let per_byte = per_byte.max(1e-11);
+    let base = base.max(0.0);
+    (1.0 / per_byte, 1.0 / (base + 4096.0 * per_byte))
+}
+
+pub fn calibrate(
+    device: &Path,
+    work: &Path,
+    secs: f64,
+    progress: &dyn Fn(&str),
+) -> Result<Calibration> {
+    std::fs::create_dir_all(work).map_err(|source| CalibrateError::Io {
+        path: work.to_path_buf(),
+        source,
+    })?;
+    let mut r = Runner {
+        device,
+        work,
+        secs,
+        n: 0,
+    };
+
+    progress("queue knee (4 KiB random reads, QD 1..64)");
+    let (knee, qd1_lat) = r.queue_knee()?;
+    let qd = (knee as u32).max(1);
+    let params = r.fit(qd, progress)?;
+    let model = CostModel::new(params).map_err(CalibrateError::Fit)?;
+    progress("held-out mixes");
+    let held_out = r.held_out(&model, qd)?;
+    // Err on the safe side: if any held-out mix did less than predicted, the
+    // device is slower than the model there; scale the model down to match.
+    let safety_scale = held_out
+        .iter()
+        .map(|h| (1.0 + h.error).min(1.0))
+        .fold(1.0, f64::min);
+    let params = CostParams {
+        rbps: params.rbps * safety_scale,
+        rseqiops: params.rseqiops * safety_scale,
+        rrandiops: params.rrandiops * safety_scale,
+        wbps: params.wbps * safety_scale,
+        wseqiops: params.wseqiops * safety_scale,
+        wrandiops: params.wrandiops * safety_scale,
+    };
+    Ok(Calibration {
+        device: device.to_path_buf(),
+        params,
+        queue_knee: knee,
+        qd1_latency_us: qd1_lat,
+        held_out,
+        safety_scale,
+    })
 }
 
 /// The calibrated-model file: written by [`Calibration::to_toml`], read by

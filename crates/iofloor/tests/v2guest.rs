@@ -28,6 +28,23 @@ const T: Duration = Duration::from_secs(60);
 /// One TCG guest at a time: each takes a core of the two.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Root, the real kernel's tools, QEMU and the v2 image, or the test fails
+/// (see `iofloor_testbed::needs`).
+fn guest_environment() -> bool {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a v2 guest test")
+        .to_string();
+    real_environment()
+        && require(
+            &test,
+            &[
+                Need::Program("qemu-system-x86_64"),
+                Need::File(v2guest::image_dir().join("base.cpio")),
+            ],
+        )
+}
+
 /// A guest for one test, removed on drop.
 struct TestGuest {
     _state: tempfile::TempDir,
@@ -116,7 +133,7 @@ impl TestGuest {
             .unwrap();
         let deadline = Instant::now() + T;
         while self.status().is_none() {
-            let log = self.sh("cat /tmp/daemon.log");
+            let log = self.sh("cat /tmp/daemon.log 2>/dev/null || true");
             assert!(
                 Instant::now() < deadline,
                 "the daemon's API never answered: {log}"
@@ -224,15 +241,7 @@ fn noisy_three(g: &TestGuest, secs: u32) -> Vec<f64> {
 #[test]
 fn iofloor_keeps_floors_on_a_live_cgroup_v2_host_and_puts_limits_back() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !real_environment()
-        || !require(
-            "iofloor_keeps_floors_on_a_live_cgroup_v2_host",
-            &[
-                Need::Program("qemu-system-x86_64"),
-                Need::File(v2guest::image_dir().join("base.cpio")),
-            ],
-        )
-    {
+    if !guest_environment() {
         return;
     }
     // Uncapped first: what TCG itself can do, so that the capacity the
@@ -350,15 +359,7 @@ fn iofloor_keeps_floors_on_a_live_cgroup_v2_host_and_puts_limits_back() {
 #[test]
 fn the_guest_cli_runs_commands_changes_capacity_and_leaves_nothing() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !real_environment()
-        || !require(
-            "the_guest_cli_runs_commands_changes_capacity_and_leaves_nothing",
-            &[
-                Need::Program("qemu-system-x86_64"),
-                Need::File(v2guest::image_dir().join("base.cpio")),
-            ],
-        )
-    {
+    if !guest_environment() {
         return;
     }
     let state = tempfile::tempdir().unwrap();

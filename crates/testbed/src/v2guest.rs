@@ -103,7 +103,7 @@ impl V2Guest {
         std::fs::create_dir_all(state_root).map_err(|e| HostError::io(state_root, e))?;
         let dir = new_state_dir(state_root, "guest")?;
         let name = dir.file_name().unwrap_or_default().to_string_lossy();
-        let guest = V2Guest {
+        let mut guest = V2Guest {
             backing: PathBuf::from(format!("/dev/shm/iofloor-{name}.img")),
             qmp: dir.join("qmp.sock"),
             commands: dir.join("cmd.sock"),
@@ -116,7 +116,6 @@ impl V2Guest {
             kernel: None,
         };
         guest.save()?;
-        let mut guest = guest;
         match guest.start(&base, files, memory_mib) {
             Ok(()) => Ok(guest),
             Err(e) => {
@@ -314,12 +313,10 @@ impl V2Guest {
     /// the state; tolerates parts already gone.
     pub fn down(&self) -> Result<()> {
         stop_process(self.qemu_pid, "qemu-system-x86_64", &self.dir);
-        for path in [&self.backing] {
-            match std::fs::remove_file(path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(HostError::io(path, e)),
-            }
+        match std::fs::remove_file(&self.backing) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(HostError::io(&self.backing, e)),
         }
         match std::fs::remove_dir_all(&self.dir) {
             Ok(()) => Ok(()),
