@@ -8,7 +8,7 @@ mod common;
 
 use common::{bin, real_environment};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 /// What a run may leave behind: mount points, loop devices and rig daemons
 /// under `dir`, and iofloor's bench cgroups.
@@ -39,23 +39,34 @@ fn leftovers(dir: &Path) -> Vec<String> {
     found
 }
 
-fn bench_cgroups() -> Vec<String> {
+/// The bench cgroups of the `iofloor` process `pid` (`iofloor-bench-<pid>-
+/// <policy>`): another test binary may run benches beside this one.
+fn bench_cgroups(pid: u32) -> Vec<String> {
+    let prefix = format!("iofloor-bench-{pid}-");
     std::fs::read_dir("/sys/fs/cgroup/blkio")
         .map(|d| {
             d.flatten()
                 .map(|e| e.file_name().to_string_lossy().to_string())
-                .filter(|n| n.starts_with("iofloor-bench-"))
+                .filter(|n| n.starts_with(&prefix))
                 .collect()
         })
         .unwrap_or_default()
 }
 
 fn iofloor_in(cwd: &Path, args: &[&str]) -> Output {
-    Command::new(bin())
+    iofloor_with_pid_in(cwd, args).1
+}
+
+/// Runs `iofloor ARGS` in `cwd` to its end: its PID and output.
+fn iofloor_with_pid_in(cwd: &Path, args: &[&str]) -> (u32, Output) {
+    let child = Command::new(bin())
         .current_dir(cwd)
         .args(args)
-        .output()
-        .expect("run iofloor")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run iofloor");
+    (child.id(), child.wait_with_output().expect("run iofloor"))
 }
 
 fn stderr(o: &Output) -> String {
@@ -68,9 +79,8 @@ fn the_demo_runs_from_a_fresh_directory_with_its_relative_default_out() {
         return;
     }
     let cwd = tempfile::tempdir().unwrap();
-    let cgroups_before = bench_cgroups();
     // noisy-4 at 0.03: 18 s per policy, the four alone runs 3 s each.
-    let out = iofloor_in(
+    let (pid, out) = iofloor_with_pid_in(
         cwd.path(),
         &["demo", "--time-scale", "0.03", "--alone-secs", "3"],
     );
@@ -96,7 +106,11 @@ fn the_demo_runs_from_a_fresh_directory_with_its_relative_default_out() {
         "the demo left these behind"
     );
     assert!(!results.join("rig").exists(), "the rig's state is removed");
-    assert_eq!(bench_cgroups(), cgroups_before, "bench cgroups left behind");
+    assert_eq!(
+        bench_cgroups(pid),
+        Vec::<String>::new(),
+        "bench cgroups left behind"
+    );
 }
 
 #[test]

@@ -244,6 +244,7 @@ fn iofloor_keeps_floors_on_a_live_cgroup_v2_host_and_puts_limits_back() {
     if !guest_environment() {
         return;
     }
+    let _cpu = common::claim_cpu();
     // Uncapped first: what TCG itself can do, so that the capacity the
     // test gives the disk is well below it.
     let mut g = TestGuest::up(1_000_000);
@@ -362,6 +363,7 @@ fn the_guest_cli_runs_commands_changes_capacity_and_leaves_nothing() {
     if !guest_environment() {
         return;
     }
+    let _cpu = common::claim_cpu();
     let state = tempfile::tempdir().unwrap();
     let dir = state.path().to_str().unwrap();
     let run = |args: &[&str]| {

@@ -18,14 +18,18 @@ pub fn real_environment() -> bool {
     iofloor_testbed::needs::require(&test, &iofloor_testbed::needs::real_kernel())
 }
 
+/// Holds the machine's CPU for a test that boots a TCG guest, runs a
+/// browser or measures timing (see `iofloor_testbed::machine`): the suite
+/// runs two test binaries side by side, and no two such tests may meet.
+/// Taken after the environment check.
+pub fn claim_cpu() -> iofloor_testbed::machine::CpuClaim {
+    iofloor_testbed::machine::claim_cpu().expect("claiming the CPU (/run/iofloor/test-locks)")
+}
+
 /// A rig for one test, removed on drop.
 pub struct TestRig {
     pub state: tempfile::TempDir,
     pub device: String,
-    /// Loop devices attached before this rig came up (`losetup -a` lines):
-    /// a machine may hold devices that are not ours, and a test must judge
-    /// only what it created.
-    pub loops_before: Vec<String>,
 }
 
 pub fn attached_loop_devices() -> Vec<String> {
@@ -38,7 +42,6 @@ pub fn attached_loop_devices() -> Vec<String> {
 
 impl TestRig {
     pub fn up(iops: u64) -> TestRig {
-        let loops_before = attached_loop_devices();
         let state = tempfile::tempdir().unwrap();
         let out = Command::new(bin())
             .args([
@@ -67,11 +70,7 @@ impl TestRig {
             device.starts_with("/dev/loop"),
             "last line is the device: {device}"
         );
-        TestRig {
-            state,
-            device,
-            loops_before,
-        }
+        TestRig { state, device }
     }
 }
 

@@ -659,8 +659,14 @@ fn bench_cluster_plays_a_scenario_on_the_bed_with_an_agent_on_every_host() {
         .arg(out.path())
         .arg("--bed-state-dir")
         .arg(bed.state.path())
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    // The bench's session cgroups carry its PID: judged by it, since
+    // another test binary may run benches beside this one.
+    let bench_pid = run.id();
+    let run = run.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "bench --cluster: {stderr}");
     let summary: Value = serde_json::from_slice(&run.stdout).unwrap();
@@ -709,7 +715,7 @@ fn bench_cluster_plays_a_scenario_on_the_bed_with_an_agent_on_every_host() {
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| n.starts_with("iofloor-bench-"))
+        .filter(|n| n.starts_with(&format!("iofloor-bench-{bench_pid}-")))
         .collect();
     assert!(left.is_empty(), "cgroups left: {left:?}");
     let out_dir = out.path().to_string_lossy().to_string();
