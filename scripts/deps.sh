@@ -19,6 +19,8 @@ command -v cpio >/dev/null || missing+=(cpio)
 # The cgroup v2 guest (iofloor guest): iofloor goes in stripped of its
 # debug information.
 command -v strip >/dev/null || missing+=(binutils)
+# The Debian package's test (scripts/package-deb.sh): its unit verified.
+command -v systemd-analyze >/dev/null || missing+=(systemd)
 # The daemon's tests: promtool checks /metrics, Chromium drives the dashboard.
 command -v promtool >/dev/null || missing+=(prometheus)
 command -v chromium >/dev/null || missing+=(chromium)

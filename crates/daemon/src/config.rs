@@ -653,6 +653,9 @@ impl Checker<'_> {
                 .position(|d| &d.name == n)
                 .ok_or_else(|| bad("device", format!("no [[device]] named `{n}`")))?,
             None if devices.len() == 1 => 0,
+            None if devices.is_empty() => {
+                return Err(bad("device", "no [[device]] is configured to share".into()))
+            }
             None => {
                 return Err(bad(
                     "device",
@@ -782,13 +785,9 @@ impl Checker<'_> {
         &self,
         entries: Vec<Spanned<DeviceEntry>>,
     ) -> Result<Vec<DeviceConfig>, ConfigError> {
-        if entries.is_empty() {
-            return Err(ConfigError {
-                file: self.shown.clone(),
-                line: None,
-                message: "at least one [[device]] is needed".into(),
-            });
-        }
+        // No device is a valid config: the package ships one, and the
+        // service then controls nothing until a device is added (`iofloor
+        // run --check` and the service's start say so).
         let mut devices: Vec<DeviceConfig> = Vec::new();
         for (i, entry) in entries.into_iter().enumerate() {
             let span = entry.span();
@@ -835,6 +834,12 @@ impl Checker<'_> {
                     ValidationError::new("device", format!("no [[device]] named `{name}`"))
                 })?,
             None if devices.len() == 1 => 0,
+            None if devices.is_empty() => {
+                return Err(ValidationError::new(
+                    "device",
+                    "no [[device]] is configured: add the one this tenant uses",
+                ))
+            }
             None => {
                 return Err(ValidationError::new(
                     "device",
@@ -1215,6 +1220,19 @@ weight = 200
         assert!(c.tenants[0].source.is_glob());
     }
 
+    /// The package's config (packaging/deb) names no device: valid, and
+    /// the service controls nothing until one is added.
+    #[test]
+    fn the_packaged_config_parses_without_a_device() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/deb/iofloor.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        // Its token file is made at install.
+        let text = text.replace("token_file", "# token_file");
+        let c = Config::parse(&text, &path).unwrap();
+        assert!(c.devices.is_empty() && c.tenants.is_empty());
+        assert_eq!(c.api.listen, Some("127.0.0.1:9180".parse().unwrap()));
+    }
+
     /// The DaemonSet's ConfigMap holds a config this daemon takes.
     #[test]
     fn the_kubernetes_manifest_carries_a_valid_config() {
@@ -1533,9 +1551,14 @@ weight = 200
         let e = error_of(&GOOD.replace("cgroup = \"/kubepods*/pod*\"", "cgroup = \"../../etc\""));
         assert!(e.message.contains("`..`"), "{e}");
 
-        let e = error_of("interval = \"1s\"\n");
-        assert!(e.line.is_none());
-        assert!(e.message.contains("[[device]]"), "{e}");
-        assert!(e.to_string().starts_with("/etc/iofloor/test.toml"), "{e}");
+        // Without a device the file is valid; a tenant then has none to be on.
+        assert!(parse("interval = \"1s\"\n").unwrap().devices.is_empty());
+        let e = error_of("[[tenant]]\nname = \"db\"\ncgroup = \"db\"\n");
+        assert!(
+            e.message.contains("tenant[0].device")
+                && e.message.contains("no [[device]] is configured"),
+            "{e}"
+        );
+        assert!(e.to_string().starts_with("/etc/iofloor/test.toml:1"), "{e}");
     }
 }

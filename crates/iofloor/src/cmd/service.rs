@@ -30,6 +30,11 @@ pub struct TopArgs {
     pub cluster: bool,
 }
 
+/// Said by `--check` and at the service's start when the config has no
+/// `[[device]]` (as the package ships it).
+const NO_DEVICE: &str = "no [[device]] is configured: the service controls nothing until one is \
+     added to the file and the service restarted";
+
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let config =
         iofloor_daemon::config::Config::load(&args.config).map_err(|e| bad(e.to_string()))?;
@@ -41,6 +46,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             config.tenants.len(),
             config.policy
         );
+        if config.devices.is_empty() {
+            println!("{NO_DEVICE}");
+        }
         return Ok(());
     }
     use std::io::IsTerminal;
@@ -52,5 +60,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+    if config.devices.is_empty() {
+        tracing::warn!("{}: {NO_DEVICE}", config.file.display());
+    }
     iofloor_daemon::run(config)
 }
