@@ -50,13 +50,27 @@ step() {
   return "$status"
 }
 
+# Clippy lints the workspace in the test build rather than in a check build
+# of its own: `cargo clippy` is `cargo check` with clippy-driver compiling
+# the workspace's crates, and the same driver compiles them for the tests
+# (`-D warnings` as there; every target, benches and examples too). That
+# spares a fresh clone checking every dependency a second time (3.2 minutes
+# of clippy's 9.3 with the test build, measured). Exported for every cargo
+# call of the suite, so the doc tests and the soak reuse the one build.
+RUSTC_WORKSPACE_WRAPPER=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver || true)
+if [[ ! -x $RUSTC_WORKSPACE_WRAPPER ]]; then
+  echo "test.sh: clippy is needed (rustup component add clippy)" >&2
+  exit 1
+fi
+export RUSTC_WORKSPACE_WRAPPER
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+
 step "install what the real tests need" ./scripts/deps.sh
 step "cargo fmt" cargo fmt --all --check
-step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 # The code's habits (issue 33): no production function over about 80 lines
 # without a reason, typed errors in library crates, no two-file circles.
 step "code habits" bash -c 'scripts/analysis/long-functions.py --limit 90 --strict && scripts/analysis/module-circles.py'
-step "tests (build and run)" ./scripts/timed-tests.py
+step "clippy -D warnings, tests (build and run)" ./scripts/timed-tests.py
 if [[ -n ${IOFLOOR_FUZZ_SECONDS:-} ]]; then
   step "fuzz, ${IOFLOOR_FUZZ_SECONDS} s per target" ./scripts/fuzz.sh --seconds "$IOFLOOR_FUZZ_SECONDS"
 fi

@@ -668,7 +668,6 @@ fn hybrid_real_vm_through_qemu_container_keeps_its_fast_path() {
     if !real_environment() {
         return;
     }
-    let _cpu = common::claim_cpu();
     let rig = TestRig::up(2000);
     let dir = tempfile::tempdir().unwrap();
     let v = bench_json(&[

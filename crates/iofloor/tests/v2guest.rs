@@ -143,6 +143,10 @@ impl TestGuest {
         pid
     }
 
+    fn write_config(&self, text: &str) {
+        self.sh(&format!("cat > /tmp/iofloor.toml <<'CFG'\n{text}CFG"));
+    }
+
     fn api(&self, path: &str) -> Option<Value> {
         let url = format!("http://127.0.0.1:{}{path}", self.guest.api_port);
         let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -183,7 +187,8 @@ impl Drop for TestGuest {
     }
 }
 
-fn config() -> String {
+/// The daemon's config in the guest: its disk of [`CAPACITY`] and `tenants`.
+fn config_with(tenants: &str) -> String {
     format!(
         r#"interval = "1s"
 state_file = "/run/iofloor-state.json"
@@ -203,7 +208,14 @@ wbps = 100e9
 wseqiops = {CAPACITY}
 wrandiops = {CAPACITY}
 
-[[tenant]]
+{tenants}"#,
+        port = v2guest::GUEST_API_PORT
+    )
+}
+
+fn config() -> String {
+    config_with(&format!(
+        r#"[[tenant]]
 name = "q1"
 cgroup = "tenants/q1"
 floor = "{Q1_FLOOR}iops"
@@ -224,9 +236,8 @@ cgroup = "tenants/noisy"
 name = "noio"
 cgroup = "noio/t1"
 floor = "100iops"
-"#,
-        port = v2guest::GUEST_API_PORT
-    )
+"#
+    ))
 }
 
 /// The quiet tenants and a noisy one for `secs`: q1 and q2 at QD 1 a
@@ -244,7 +255,6 @@ fn iofloor_keeps_floors_on_a_live_cgroup_v2_host_and_puts_limits_back() {
     if !guest_environment() {
         return;
     }
-    let _cpu = common::claim_cpu();
     // Uncapped first: what TCG itself can do, so that the capacity the
     // test gives the disk is well below it.
     let mut g = TestGuest::up(1_000_000);
@@ -283,7 +293,7 @@ fn iofloor_keeps_floors_on_a_live_cgroup_v2_host_and_puts_limits_back() {
         none[0], none[1], none[2]
     );
 
-    g.sh(&format!("cat > /tmp/iofloor.toml <<'CFG'\n{}CFG", config()));
+    g.write_config(&config());
     let pid = g.start_daemon();
     let floor = noisy_three(&g, 20);
     let noisy_cap = g.io_max("noisy");
@@ -353,6 +363,123 @@ fn iofloor_keeps_floors_on_a_live_cgroup_v2_host_and_puts_limits_back() {
     assert!(!log.contains("panicked"), "{log}");
 }
 
+/// Kubernetes pods on a live v2 kernel, the twin of the daemon's test on a
+/// recorded tree: the kubelet's systemd layout made in the guest with io
+/// enabled down to the containers, fio in a container of each of two pods,
+/// each pod a group holding the entry's floor (300 IOPS of the disk's
+/// 1,000). The busy pod is held back by `io.max` on its own cgroup or its
+/// containers' while the other pod's container gets what it asks; CRI-O's
+/// conmon is no tenant; SIGTERM puts the pod's own limit back and removes
+/// every other.
+#[test]
+fn pods_found_by_the_kubelet_layout_keep_their_floors_on_a_live_v2_host() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !guest_environment() {
+        return;
+    }
+    let g = TestGuest::up(CAPACITY);
+    let device = g.guest.device.clone().expect("the guest's disk number");
+    let (pod1, pod2) = (
+        "0a1b2c3d-4e5f-6789-abcd-ef0123456789",
+        "11111111-2222-3333-4444-555555555555",
+    );
+    let burstable = format!(
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+        pod1.replace('-', "_")
+    );
+    let besteffort = format!(
+        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+        pod2.replace('-', "_")
+    );
+    let id = |c: char| c.to_string().repeat(64);
+    let a = format!("{burstable}/cri-containerd-{}.scope", id('a'));
+    let b = format!("{burstable}/cri-containerd-{}.scope", id('b'));
+    let c = format!("{besteffort}/crio-{}.scope", id('c'));
+    let conmon = format!("{besteffort}/crio-conmon-{}.scope", id('c'));
+    // io enabled from the top down to the pods, as systemd does for the
+    // kubelet's slices; an operator's limit on the burstable pod.
+    let parents = [
+        "kubepods.slice",
+        "kubepods.slice/kubepods-burstable.slice",
+        "kubepods.slice/kubepods-besteffort.slice",
+        &burstable,
+        &besteffort,
+    ];
+    let mut tree = String::from("cd /sys/fs/cgroup");
+    for p in parents {
+        tree += &format!(" && mkdir -p {p} && echo +io > {p}/cgroup.subtree_control");
+    }
+    for leaf in [&a, &b, &c, &conmon] {
+        tree += &format!(" && mkdir -p {leaf}");
+    }
+    tree += &format!(" && echo '{device} {OPERATOR_LIMIT}' > {burstable}/io.max");
+    g.sh(&tree);
+    let io_max = |cgroup: &str| g.sh(&format!("cat /sys/fs/cgroup/{cgroup}/io.max"));
+    let pod1_before = io_max(&burstable);
+    assert!(pod1_before.contains(OPERATOR_LIMIT), "{pod1_before}");
+
+    g.write_config(&config_with(
+        "[[tenant]]\nname = \"pods\"\nkubernetes = \"auto\"\nfloor = \"300 IOPS\"\n",
+    ));
+    let pid = g.start_daemon();
+    g.start_fio("a", &a, 16, None, 20);
+    g.start_fio("c", &c, 1, Some(220.0), 20);
+    std::thread::sleep(Duration::from_secs(12));
+    let (pod1_max, a_max) = (io_max(&burstable), io_max(&a));
+    let tenants = g.api("/api/v1/tenants").unwrap_or(Value::Null);
+    let iops = g.fio_iops(&["a", "c"]);
+    eprintln!(
+        "pods: busy container {:.0} IOPS, the other pod's {:.0} (asks 220); busy pod's io.max `{}`, its container's `{}`",
+        iops[0],
+        iops[1],
+        pod1_max.trim(),
+        a_max.trim()
+    );
+    let mut names: Vec<String> = tenants["tenants"]
+        .as_array()
+        .map(|ts| {
+            ts.iter()
+                .map(|t| t["name"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            format!("pods/{pod1}/aaaaaaaaaaaa"),
+            format!("pods/{pod1}/bbbbbbbbbbbb"),
+            format!("pods/{pod2}/cccccccccccc")
+        ],
+        "one tenant per container, conmon left alone: {tenants}"
+    );
+    assert!(
+        iops[1] >= 0.9 * 220.0,
+        "the quiet pod's container: {iops:?}"
+    );
+    let held = |t: &str| {
+        t.split_whitespace()
+            .find_map(|f| f.strip_prefix("riops="))
+            .is_some_and(|v| v != "max")
+    };
+    assert!(
+        held(&pod1_max) || held(&a_max),
+        "the busy pod is held: pod `{pod1_max}`, container `{a_max}`"
+    );
+
+    g.stop_daemon(pid, "TERM");
+    assert_eq!(
+        io_max(&burstable),
+        pod1_before,
+        "the pod's own limit is back"
+    );
+    for cgroup in [&a, &b, &c, &besteffort] {
+        assert_eq!(io_max(cgroup).trim(), "", "{cgroup}'s cap is removed");
+    }
+    let log = g.sh("cat /tmp/daemon.log");
+    assert!(!log.contains("panicked"), "{log}");
+}
+
 /// The CLI's guest from up to down, as an operator uses it: a command's
 /// output and exit status, the capacity changed live, and nothing left
 /// after `down` (no QEMU naming the guest's directory, no disk on tmpfs, no
@@ -363,7 +490,6 @@ fn the_guest_cli_runs_commands_changes_capacity_and_leaves_nothing() {
     if !guest_environment() {
         return;
     }
-    let _cpu = common::claim_cpu();
     let state = tempfile::tempdir().unwrap();
     let dir = state.path().to_str().unwrap();
     let run = |args: &[&str]| {

@@ -15,14 +15,12 @@
 //!   it, its disk of known capacity, commands run in it from the host.
 //!
 //! [`needs`] says what a real-kernel test needs and fails it loudly when the
-//! machine lacks it; [`machine`] lets real tests in two test binaries run
-//! side by side where they can. (What a scenario's policies run on, the simulator or a
+//! machine lacks it. (What a scenario's policies run on, the simulator or a
 //! real device, is a `Platform` of `iofloor-scenario`, a different thing.)
 
 pub mod cluster;
 pub mod guest;
 pub mod libvirt;
-pub mod machine;
 pub mod needs;
 pub mod rig;
 pub mod v2guest;

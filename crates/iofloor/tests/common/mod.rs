@@ -18,14 +18,6 @@ pub fn real_environment() -> bool {
     iofloor_testbed::needs::require(&test, &iofloor_testbed::needs::real_kernel())
 }
 
-/// Holds the machine's CPU for a test that boots a TCG guest, runs a
-/// browser or measures timing (see `iofloor_testbed::machine`): the suite
-/// runs two test binaries side by side, and no two such tests may meet.
-/// Taken after the environment check.
-pub fn claim_cpu() -> iofloor_testbed::machine::CpuClaim {
-    iofloor_testbed::machine::claim_cpu().expect("claiming the CPU (/run/iofloor/test-locks)")
-}
-
 /// A rig for one test, removed on drop.
 pub struct TestRig {
     pub state: tempfile::TempDir,

@@ -8,7 +8,7 @@
 //! libvirt does not have logged once; its limits put back when the daemon
 //! stops, an operator's own among them.
 
-use super::common::{self, real_environment, TestRig};
+use super::common::{real_environment, TestRig};
 use super::harness::{config, Cgroups, Daemon};
 use super::{tenant, SERIAL};
 use iofloor_testbed::libvirt::{self, Domain};
@@ -54,7 +54,6 @@ fn a_libvirt_domain_keeps_its_floor_beside_a_container_and_gets_its_limits_back(
     if !real_environment() {
         return;
     }
-    let _cpu = common::claim_cpu();
     use iofloor_testbed::needs::{require, Need};
     let image = iofloor_testbed::guest::image_dir();
     if !require(

@@ -8,7 +8,7 @@
 //! memory bounded.
 
 use super::SERIAL;
-use crate::common::{self, real_environment};
+use crate::common::real_environment;
 use crate::harness::{config, Cgroups, Daemon};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -161,7 +161,6 @@ fn api_under_load_leaves_the_control_loop_on_time() {
     if !real_environment() {
         return;
     }
-    let _cpu = common::claim_cpu();
     let (loop_device, cg, tenants) = Cgroups::hundred("apiload");
     let text = config(&loop_device.device, 200_000, &cg.parent, tenants)
         .replace("interval = \"1s\"", "interval = \"100ms\"");

@@ -771,7 +771,6 @@ fn dashboard_shows_live_data_and_changes_a_floor_in_headless_chromium() {
     if !real_environment() {
         return;
     }
-    let _cpu = common::claim_cpu();
     let rig = TestRig::up(1000);
     // Two tenants named by hostile cgroup directories: the page must show
     // their names as text, never run them.
@@ -1141,7 +1140,6 @@ fn overhead_of_the_daemon_with_100_tenants() {
     if !real_environment() {
         return;
     }
-    let _cpu = common::claim_cpu();
     let (loop_device, mut cg, tenants) = Cgroups::hundred("overhead");
     let device = loop_device.device.clone();
     // A model that makes 100 floors of 1,000 IOPS admissible on this device.
@@ -1234,7 +1232,6 @@ fn a_real_guest_and_a_container_share_a_device_under_the_daemon() {
     if !real_environment() {
         return;
     }
-    let _cpu = common::claim_cpu();
     let image = iofloor_testbed::guest::image_dir();
     let guest_needs = [
         iofloor_testbed::needs::Need::Program("qemu-system-x86_64"),
