@@ -233,13 +233,7 @@ fn the_shipped_config_runs_and_stops_clean() {
         }
         if Instant::now() > deadline || daemon.try_wait().unwrap().is_some() {
             let _ = daemon.kill();
-            let mut err = String::new();
-            daemon
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
+            let err = stderr_of(&mut daemon);
             panic!("the packaged service did not answer on 127.0.0.1:9180: {err}");
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -251,18 +245,21 @@ fn the_shipped_config_runs_and_stops_clean() {
         .status()
         .unwrap();
     let exit = daemon.wait().unwrap();
-    let mut err = String::new();
-    daemon
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = stderr_of(&mut daemon);
     assert!(exit.success(), "{exit}: {err}");
     assert!(err.contains("no [[device]] is configured"), "{err}");
     for left in ["/run/iofloor/state.json", "/run/iofloor/api.sock"] {
         assert!(!Path::new(left).exists(), "{left} left by the service");
     }
+}
+
+/// What a finished (or killed) child wrote to its piped stderr.
+fn stderr_of(child: &mut std::process::Child) -> String {
+    let mut err = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = pipe.read_to_string(&mut err);
+    }
+    err
 }
 
 /// The body of a 200 answer to `GET path`, or None while nothing answers.

@@ -379,23 +379,14 @@ fn pods_found_by_the_kubelet_layout_keep_their_floors_on_a_live_v2_host() {
     }
     let g = TestGuest::up(CAPACITY);
     let device = g.guest.device.clone().expect("the guest's disk number");
-    let (pod1, pod2) = (
-        "0a1b2c3d-4e5f-6789-abcd-ef0123456789",
-        "11111111-2222-3333-4444-555555555555",
-    );
-    let burstable = format!(
-        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
-        pod1.replace('-', "_")
-    );
-    let besteffort = format!(
-        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
-        pod2.replace('-', "_")
-    );
-    let id = |c: char| c.to_string().repeat(64);
-    let a = format!("{burstable}/cri-containerd-{}.scope", id('a'));
-    let b = format!("{burstable}/cri-containerd-{}.scope", id('b'));
-    let c = format!("{besteffort}/crio-{}.scope", id('c'));
-    let conmon = format!("{besteffort}/crio-conmon-{}.scope", id('c'));
+    let common::KubePods {
+        pod1,
+        pod2,
+        burstable,
+        besteffort,
+        containers: [a, b, c],
+        conmon,
+    } = common::kube_pods();
     // io enabled from the top down to the pods, as systemd does for the
     // kubelet's slices; an operator's limit on the burstable pod.
     let parents = [

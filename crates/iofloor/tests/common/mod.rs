@@ -104,3 +104,46 @@ impl Drop for TestRig {
         );
     }
 }
+
+/// Two pods as the kubelet's systemd driver lays them out, as cgroup paths
+/// under the root: a burstable pod with two containerd containers (`a`,
+/// `b`) and a besteffort pod with a CRI-O container (`c`) and its conmon.
+/// The daemon's test on a recorded tree and the v2 guest's on a live
+/// kernel use the same layout.
+pub struct KubePods {
+    pub pod1: &'static str,
+    pub pod2: &'static str,
+    pub burstable: String,
+    pub besteffort: String,
+    /// The containers a, b (burstable) and c (besteffort).
+    pub containers: [String; 3],
+    pub conmon: String,
+}
+
+pub fn kube_pods() -> KubePods {
+    let (pod1, pod2) = (
+        "0a1b2c3d-4e5f-6789-abcd-ef0123456789",
+        "11111111-2222-3333-4444-555555555555",
+    );
+    let id = |c: char| c.to_string().repeat(64);
+    let burstable = format!(
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+        pod1.replace('-', "_")
+    );
+    let besteffort = format!(
+        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+        pod2.replace('-', "_")
+    );
+    KubePods {
+        pod1,
+        pod2,
+        containers: [
+            format!("{burstable}/cri-containerd-{}.scope", id('a')),
+            format!("{burstable}/cri-containerd-{}.scope", id('b')),
+            format!("{besteffort}/crio-{}.scope", id('c')),
+        ],
+        conmon: format!("{besteffort}/crio-conmon-{}.scope", id('c')),
+        burstable,
+        besteffort,
+    }
+}

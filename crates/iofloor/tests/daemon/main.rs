@@ -1440,25 +1440,14 @@ fn the_daemon_finds_pods_by_their_cgroups_and_gives_each_pod_its_floor() {
         .unwrap()
         .to_string();
     let root = scratch.path().join("cgroup");
-    let (pod1, pod2) = (
-        "0a1b2c3d-4e5f-6789-abcd-ef0123456789",
-        "11111111-2222-3333-4444-555555555555",
-    );
-    let id = |c: char| c.to_string().repeat(64);
-    let burstable = format!(
-        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
-        pod1.replace('-', "_")
-    );
-    let besteffort = format!(
-        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
-        pod2.replace('-', "_")
-    );
-    let leaves = [
-        format!("{burstable}/cri-containerd-{}.scope", id('a')),
-        format!("{burstable}/cri-containerd-{}.scope", id('b')),
-        format!("{besteffort}/crio-{}.scope", id('c')),
-    ];
-    let conmon = format!("{besteffort}/crio-conmon-{}.scope", id('c'));
+    let common::KubePods {
+        pod1,
+        pod2,
+        burstable,
+        besteffort,
+        containers: leaves,
+        conmon,
+    } = common::kube_pods();
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(
         root.join("cgroup.controllers"),
