@@ -23,9 +23,8 @@ its floor in 2 of 37 windows, and the cluster bed's floor fell to 40 %.)
 package's directory), every binary even after one fails, and a test's time
 is read as the time between its result line and the one before it: exact
 where a binary runs its tests one at a time (the real-device binaries hold a
-lock so that they do), an upper bound where tests run side by side or wait
-for a claim another lane holds. Doc tests run last, through cargo. Exits 1
-if anything failed.
+lock so that they do), an upper bound where tests run side by side. Doc
+tests run last, through cargo. Exits 1 if anything failed.
 """
 
 import json
