@@ -17,7 +17,8 @@
 #
 # --binary packages an iofloor already built (the tests package the one
 # they built instead of building a release again). Needs dpkg-deb (every
-# Debian has it) and, for Depends, objdump (binutils, scripts/deps.sh).
+# Debian has it), objdump for Depends and objcopy to strip (binutils,
+# scripts/deps.sh).
 #
 # Written with dpkg-deb rather than cargo-deb: the package's maintainer
 # scripts (token, systemd enablement, purge) are written out here either
@@ -39,7 +40,7 @@ if [[ -z $binary ]]; then
   binary=target/release/iofloor
 fi
 [[ -x $binary ]] || { echo "package-deb.sh: $binary is not an executable" >&2; exit 2; }
-for tool in dpkg-deb objdump; do
+for tool in dpkg-deb objdump objcopy; do
   command -v "$tool" >/dev/null || { echo "package-deb.sh: needs $tool (scripts/deps.sh installs it)" >&2; exit 1; }
 done
 

@@ -173,17 +173,11 @@ fn an_existing_config_is_kept(deb: &Path) {
 /// contents as listed by dpkg-deb.
 fn build(out: &Path) -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/package-deb.sh");
-    let built = Command::new(&script)
-        .args(["--binary", bin(), "--out"])
-        .arg(out)
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "package-deb.sh: {}",
-        String::from_utf8_lossy(&built.stderr)
+    let built = run_ok(
+        script.to_str().unwrap(),
+        &["--binary", bin(), "--out", out.to_str().unwrap()],
     );
-    let deb = PathBuf::from(String::from_utf8_lossy(&built.stdout).trim());
+    let deb = PathBuf::from(built.trim());
     let name = deb.file_name().unwrap().to_string_lossy().into_owned();
     assert!(
         name.starts_with(&format!("iofloor_{}_", env!("CARGO_PKG_VERSION")))
