@@ -21,10 +21,10 @@ import sys
 
 
 def scenarios(iofloor):
-    """The shipped scenarios the simulator runs (those not made for a rig or bed)."""
+    """The shipped scenarios the simulator runs (those not made for a rig, bed or guest)."""
     out = subprocess.run([iofloor, "scenarios"], stdout=subprocess.PIPE, text=True, check=True)
     names = [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
-    return [n for n in names if not n.endswith(("-rig", "-real", "-bed")) and n != "cut"]
+    return [n for n in names if not n.endswith(("-rig", "-real", "-bed", "-guest")) and n != "cut"]
 
 
 def summary(iofloor, name):

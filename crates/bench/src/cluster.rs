@@ -180,6 +180,12 @@ impl Platform for ClusterPlatform<'_> {
             None | Some(Control::Policy(PolicyKind::None)) => Driver::Nothing,
             Some(Control::Policy(kind)) => Driver::Agents(plan(kind, true)),
             Some(Control::HostsAlone(kind)) => Driver::Agents(plan(kind, false)),
+            Some(Control::Kernel(peer)) => {
+                return Err(BenchError::Invalid(format!(
+                    "{}: the cluster bed's hosts run cgroup v1; the kernel's controllers are measured on one v2 host",
+                    peer.as_str()
+                )))
+            }
         };
         let setup = Setup {
             opts: self.opts,

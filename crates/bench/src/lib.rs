@@ -10,6 +10,7 @@
 //! throttles — is removed at the end, on error and on Ctrl-C.
 
 mod agents;
+mod capacity;
 pub mod cluster;
 pub mod lag;
 mod play;
@@ -21,7 +22,7 @@ use iofloor_core::CostModel;
 use iofloor_host::cgroup::{self, DevId};
 use iofloor_host::fio;
 use iofloor_report::record::RunRecord;
-use iofloor_scenario::{Control, Platform, RawRun, RunEnvironment, Scenario};
+use iofloor_scenario::{Control, KernelPeer, Platform, RawRun, RunEnvironment, Scenario};
 use iofloor_testbed::rig::Rig;
 use std::path::PathBuf;
 use std::process::Command;
@@ -53,6 +54,8 @@ pub type Result<T> = std::result::Result<T, BenchError>;
 pub struct BenchOptions {
     pub device: PathBuf,
     pub policies: Vec<PolicyKind>,
+    /// The kernel's own controllers to run beside the policies (cgroup v2).
+    pub kernel: Vec<KernelPeer>,
     pub cgroup_root: PathBuf,
     /// fio outputs and latency logs go here.
     pub work_dir: PathBuf,
@@ -81,16 +84,10 @@ pub fn rig_of(device: &std::path::Path, state_dir: &std::path::Path) -> Option<R
 /// What of the scenario needs a rig: its device changes (applied to the
 /// rig's throttle group over QMP) and load from another host (a second loop
 /// device over the rig's export, invisible in this device's counters).
-fn needs_rig(scenario: &Scenario) -> Option<&'static str> {
-    if !scenario.device.changes.is_empty() {
-        Some("`device.change`")
-    } else if scenario.unmanaged.iter().any(|u| {
+fn needs_rig(scenario: &Scenario) -> bool {
+    scenario.unmanaged.iter().any(|u| {
         u.origin == iofloor_scenario::format::UnmanagedOrigin::OtherHost && u.device.is_none()
-    }) {
-        Some("`unmanaged` load with `origin = \"other-host\"` and no `device`")
-    } else {
-        None
-    }
+    })
 }
 
 /// Checks what a run needs and says clearly what is missing.
@@ -112,20 +109,40 @@ pub fn preflight(scenario: &Scenario, opts: &BenchOptions) -> Result<DevId> {
     require_root()?;
     let dev =
         DevId::of_block_device(&opts.device).map_err(|e| BenchError::Invalid(e.to_string()))?;
-    cgroup::detect(&opts.cgroup_root).map_err(|e| BenchError::Invalid(e.to_string()))?;
+    let version =
+        cgroup::detect(&opts.cgroup_root).map_err(|e| BenchError::Invalid(e.to_string()))?;
+    if let (Some(peer), cgroup::Version::V1) = (opts.kernel.first(), version) {
+        return Err(BenchError::Invalid(format!(
+            "{}: the kernel's controllers are set up through cgroup v2 (io.cost, io.weight, io.bfq.weight); {} is a v1 hierarchy",
+            peer.as_str(),
+            opts.cgroup_root.display()
+        )));
+    }
     for placed in scenario.unmanaged.iter().filter_map(|u| u.device.as_ref()) {
         DevId::of_block_device(&placed.value)
             .map_err(|e| BenchError::Invalid(placed.error(e.to_string()).to_string()))?;
     }
-    if let Some(what) = needs_rig(scenario) {
-        if rig_of(&opts.device, &opts.rig_state_dir).is_none() {
-            return Err(BenchError::Invalid(format!(
-                "{}: {what} needs a device made by `iofloor rig up` (its capacity is changed live over QMP); {} is not one of the rigs in {}",
-                scenario.name,
-                opts.device.display(),
-                opts.rig_state_dir.display()
-            )));
-        }
+    let not_a_rig = |what: &str, or: &str| {
+        BenchError::Invalid(format!(
+            "{}: {what} needs a device made by `iofloor rig up` (its capacity is changed live over QMP){or}; {} is not one of the rigs in {}",
+            scenario.name,
+            opts.device.display(),
+            opts.rig_state_dir.display()
+        ))
+    };
+    if needs_rig(scenario) && rig_of(&opts.device, &opts.rig_state_dir).is_none() {
+        return Err(not_a_rig(
+            "`unmanaged` load with `origin = \"other-host\"` and no `device`",
+            "",
+        ));
+    }
+    if !scenario.device.changes.is_empty()
+        && capacity::CapacityKnob::find(&opts.device, &opts.rig_state_dir)?.is_none()
+    {
+        return Err(not_a_rig(
+            "`device.change`",
+            " or the cgroup v2 test guest's disk (`iofloor guest up`)",
+        ));
     }
     check_fio_and_floors(scenario, opts)?;
     Ok(dev)
@@ -165,7 +182,7 @@ fn with_model(scenario: &Scenario, opts: &BenchOptions) -> Scenario {
 
 /// Total wall time a bench will take, for progress reporting.
 pub fn planned_time(scenario: &Scenario, opts: &BenchOptions) -> Duration {
-    let runs = iofloor_scenario::harness::controls(scenario, &opts.policies).len() as u32;
+    let runs = bench_controls(scenario, opts).len() as u32;
     let alone = scenario.tenants.len() as u32;
     (scenario.duration + opts.settle) * runs
         + (opts.alone.min(scenario.duration) + opts.settle) * alone
@@ -214,6 +231,7 @@ impl Platform for FioPlatform<'_> {
                 )))
             }
             Some(Control::Policy(kind)) => play::Driver::Policy(kind),
+            Some(Control::Kernel(peer)) => play::Driver::Kernel(peer),
             None => play::Driver::Nothing,
         };
         let setup = play::Setup {
@@ -322,5 +340,13 @@ pub fn run(
     })?;
     let scenario = with_model(scenario, opts);
     let platform = FioPlatform { opts, dev, stop };
-    iofloor_scenario::run_policies(&platform, &scenario, &opts.policies, progress)
+    let controls = bench_controls(&scenario, opts);
+    iofloor_scenario::run_controls(&platform, &scenario, &controls, progress)
+}
+
+/// The runs of a bench: `none` and the policies, then the kernel's controllers.
+fn bench_controls(scenario: &Scenario, opts: &BenchOptions) -> Vec<Control> {
+    let mut controls = iofloor_scenario::controls(scenario, &opts.policies);
+    controls.extend(opts.kernel.iter().map(|k| Control::Kernel(*k)));
+    controls
 }

@@ -5,6 +5,7 @@
 //! [`latency_from_logs`] turns fio's per-I/O logs into the latency figures.
 
 use crate::agents::{AgentPlan, Agents};
+use crate::capacity::CapacityKnob;
 use crate::session::{LogInfo, Session};
 use crate::truth::RigTruth;
 use crate::{BenchError, BenchOptions, Result};
@@ -18,11 +19,12 @@ use iofloor_core::{Counters, DirUsage, Usage};
 use iofloor_host::cgroup::DevId;
 use iofloor_host::diskstats::{DiskStat, DiskStats};
 use iofloor_host::fio;
+use iofloor_host::kernel_control::{IoCostQos, KernelControl, KernelSetup};
 use iofloor_host::qmp_backend::{HybridBackend, QmpBackend, QmpTarget};
 use iofloor_host::CgroupBackend;
 use iofloor_report::record::{DeviceWindow, TenantWindow, Throughput, Window};
 use iofloor_scenario::format::{Job, Scenario, UnmanagedOrigin};
-use iofloor_scenario::{DecisionStats, LatencyRecorder, RawRun};
+use iofloor_scenario::{DecisionStats, KernelPeer, LatencyRecorder, RawRun};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -56,6 +58,9 @@ pub(crate) enum Driver<'a> {
     /// `iofloor run` on every host of the cluster bed, started once the
     /// tenants' cgroups exist; they also play the scenario's host events.
     Agents(AgentPlan<'a>),
+    /// One of the kernel's own controllers, set up once the tenants'
+    /// cgroups exist and put back when the run ends.
+    Kernel(KernelPeer),
 }
 
 /// What a run needs from its platform.
@@ -83,6 +88,9 @@ pub(crate) fn play(
         agents.stop()?;
     }
     let logs = run.session.stop_all()?;
+    if let Some(kernel) = run.kernel.take() {
+        kernel.restore()?;
+    }
     let (windows, latency) = latency_from_logs(scenario, windows, &logs)?;
     run.session.cleanup()?;
     let ios_completed = windows
@@ -151,6 +159,53 @@ fn place_tenants(
     Ok(tenant_device)
 }
 
+/// io.cost's latency target in `iocost-qos`: the 95th percentile of
+/// completions within 5 ms, five times a QD-1 tenant's p99 alone on the v2
+/// guest's 1,000-IOPS disk (about 1 ms), so only a real queue trips it.
+const IOCOST_QOS_PCT: f64 = 95.0;
+const IOCOST_QOS_LAT_US: u64 = 5_000;
+
+/// Sets up the kernel's controller `peer` on the device: io.cost with the
+/// policies' own cost model (or BFQ), each tenant weighted by its floor in
+/// cost units at its jobs' mix (a tenant without a floor at the least).
+fn kernel_control(
+    scenario: &Scenario,
+    peer: KernelPeer,
+    opts: &BenchOptions,
+    session: &Session,
+    dev: DevId,
+) -> Result<KernelControl> {
+    let model = &scenario.policy_model;
+    let tenants: Vec<(PathBuf, f64)> = scenario
+        .tenants
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let mix = scenario.expected_mix(t).unwrap_or_default();
+            let floor = t.spec.floor.and_then(|f| model.rate_to_cost(f, &mix));
+            (session.tenant_cgroup(i).to_path_buf(), floor.unwrap_or(0.0))
+        })
+        .collect();
+    let setup = match peer {
+        KernelPeer::IoCost => KernelSetup::IoCost {
+            model: *model.params(),
+            qos: IoCostQos::PINNED,
+        },
+        KernelPeer::IoCostQos => KernelSetup::IoCost {
+            model: *model.params(),
+            qos: IoCostQos::latency(IOCOST_QOS_PCT, IOCOST_QOS_LAT_US),
+        },
+        KernelPeer::Bfq => KernelSetup::Bfq,
+    };
+    Ok(KernelControl::apply(
+        &setup,
+        &opts.cgroup_root,
+        Path::new("/sys"),
+        dev,
+        &tenants,
+    )?)
+}
+
 /// The policy `kind` over the scenario's tenants, as the daemon builds it.
 fn policy_controller(scenario: &Scenario, kind: PolicyKind) -> Controller {
     let ctx = PolicyContext {
@@ -211,6 +266,8 @@ struct Play<'s> {
     scenario: &'s Scenario,
     /// Before `session`: dropped (stopped) before the cgroups go.
     agents: Option<Agents>,
+    /// The kernel's controller in force, put back before the cgroups go.
+    kernel: Option<KernelControl>,
     session: Session,
     /// One per host (index as in [`Placement::devices`]).
     backends: Vec<HybridBackend>,
@@ -219,9 +276,10 @@ struct Play<'s> {
     /// The device each tenant's fio processes use (the shared one, or a VM's
     /// QEMU path), then each unmanaged source's.
     tenant_device: Vec<PathBuf>,
-    /// The rig behind the device, if it is one: the scenario's device
-    /// changes go to it, and its limits are what the device could do.
-    rig: Option<iofloor_testbed::rig::Rig>,
+    /// The rig or guest disk behind the device, if it is one: the
+    /// scenario's device changes go to it, and its limits are what the
+    /// device could do.
+    capacity: Option<CapacityKnob>,
     work: PathBuf,
     devs: Vec<DevId>,
 }
@@ -278,20 +336,26 @@ impl<'s> Play<'s> {
             };
             tenant_device.push(device);
         }
-        let (controller, agents) = match driver {
-            Driver::Nothing => (None, None),
-            Driver::Policy(kind) => (Some(policy_controller(scenario, kind)), None),
-            Driver::Agents(plan) => (None, Some(plan.start(scenario, &session, &work)?)),
+        let (controller, agents, kernel) = match driver {
+            Driver::Nothing => (None, None, None),
+            Driver::Policy(kind) => (Some(policy_controller(scenario, kind)), None, None),
+            Driver::Agents(plan) => (None, Some(plan.start(scenario, &session, &work)?), None),
+            Driver::Kernel(peer) => {
+                let kernel = kernel_control(scenario, peer, opts, &session, devs[0])?;
+                (None, None, Some(kernel))
+            }
         };
+        let capacity = CapacityKnob::find(&opts.device, &opts.rig_state_dir)?;
         Ok(Play {
             scenario,
             agents,
+            kernel,
+            capacity,
             session,
             backends,
             tenant_host: placement.tenant_host,
             controller,
             tenant_device,
-            rig,
             work,
             devs,
         })
@@ -400,7 +464,7 @@ impl<'s> Play<'s> {
             counters,
             diskstats,
             disk,
-            truth: RigTruth::new(self.rig.as_ref().map(|r| r.spec)),
+            truth: RigTruth::new(self.capacity.as_ref().map(CapacityKnob::spec)),
         })
     }
 
@@ -446,10 +510,13 @@ impl<'s> Play<'s> {
             if let Some(agents) = self.agents.as_mut() {
                 agents.change_capacity(factor)?;
             } else {
-                let rig = self.rig.as_ref().ok_or_else(|| {
-                    BenchError::Invalid("`device.change` needs a rig behind the device".into())
+                let knob = self.capacity.as_ref().ok_or_else(|| {
+                    BenchError::Invalid(
+                        "`device.change` needs a rig or the test guest's disk behind the device"
+                            .into(),
+                    )
                 })?;
-                self.session.change_rig_capacity(rig, factor)?;
+                self.session.change_capacity(knob, factor)?;
                 truth.change(factor);
             }
             clock.next_device_change += 1;

@@ -3,6 +3,7 @@
 //! session (normal end, error, Ctrl-C) stops every process it started, by PID,
 //! clears the throttles and removes the cgroups.
 
+use crate::capacity::CapacityKnob;
 use crate::{BenchError, Result};
 use iofloor_core::units::Rate;
 use iofloor_core::Caps;
@@ -70,8 +71,8 @@ pub(crate) struct Session {
     vm_paths: Vec<iofloor_testbed::rig::Rig>,
     /// Loop devices made for another host's load, detached with the session.
     other_host_devices: Vec<PathBuf>,
-    /// A rig whose capacity the run changes, and the limits to put back.
-    rig_to_restore: Option<(iofloor_testbed::rig::Rig, iofloor_testbed::rig::RigSpec)>,
+    /// A device whose capacity the run changes, and the limits to put back.
+    capacity_to_restore: Option<(CapacityKnob, iofloor_testbed::rig::RigSpec)>,
 }
 
 /// Sends `sig` to a process this bench started, by its PID.
@@ -104,8 +105,10 @@ impl Session {
             cleaned: false,
             vm_paths: Vec::new(),
             other_host_devices: Vec::new(),
-            rig_to_restore: None,
+            capacity_to_restore: None,
         };
+        cgroup::create(root, &parent)?;
+        cgroup::enable_io_for_children(root, &parent)?;
         // cgroup v1 blk-throttle is flat: every tenant is a leaf with its own
         // limits. Unmanaged load gets a cgroup too (index after the tenants'),
         // never given to the policy: outside every controlled cgroup.
@@ -148,21 +151,17 @@ impl Session {
         Ok(device)
     }
 
-    /// Changes the rig's capacity; the first change remembers what to put back.
-    pub fn change_rig_capacity(
-        &mut self,
-        rig: &iofloor_testbed::rig::Rig,
-        factor: f64,
-    ) -> Result<()> {
-        let original = match &self.rig_to_restore {
+    /// Changes the device's capacity to `factor` of what it was found
+    /// with; the first change remembers what to put back.
+    pub fn change_capacity(&mut self, knob: &CapacityKnob, factor: f64) -> Result<()> {
+        let original = match &self.capacity_to_restore {
             Some((_, spec)) => *spec,
             None => {
-                self.rig_to_restore = Some((rig.clone(), rig.spec));
-                rig.spec
+                self.capacity_to_restore = Some((knob.clone(), knob.spec()));
+                knob.spec()
             }
         };
-        rig.set_limits(&original.scaled(factor))?;
-        Ok(())
+        Ok(knob.set_limits(&original.scaled(factor))?)
     }
 
     /// Brings up a VM's QEMU path over the shared device; removed with the session.
@@ -373,8 +372,8 @@ impl Session {
         self.stop_procs(all, Duration::ZERO);
         self.reap(true);
         let mut first = None;
-        if let Some((rig, spec)) = self.rig_to_restore.take() {
-            if let Err(e) = rig.set_limits(&spec) {
+        if let Some((knob, spec)) = self.capacity_to_restore.take() {
+            if let Err(e) = knob.set_limits(&spec) {
                 first.get_or_insert(e);
             }
         }

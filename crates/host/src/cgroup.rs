@@ -354,10 +354,14 @@ pub struct IoV2 {
 }
 
 /// A device's line of a v2 file: its number (from 1) and `key=value` fields.
-type V2Line<'t> = (usize, Vec<(&'t str, &'t str)>);
+pub(crate) type V2Line<'t> = (usize, Vec<(&'t str, &'t str)>);
 
 /// The fields of `dev`'s line in a v2 file's text, if it has one.
-fn v2_device_fields<'t>(text: &'t str, dev: DevId, origin: &Path) -> Result<Option<V2Line<'t>>> {
+pub(crate) fn v2_device_fields<'t>(
+    text: &'t str,
+    dev: DevId,
+    origin: &Path,
+) -> Result<Option<V2Line<'t>>> {
     let dev = dev.to_string();
     for (n, line) in text.lines().enumerate() {
         let mut words = line.split_whitespace();
@@ -511,6 +515,16 @@ pub fn create(root: &Path, cgroup: &Path) -> Result<PathBuf> {
     let dir = root.join(cgroup);
     fs::create_dir_all(&dir).map_err(|e| HostError::io(&dir, e))?;
     Ok(dir)
+}
+
+/// On cgroup v2, gives `cgroup`'s children the io controller (`+io` in
+/// its `cgroup.subtree_control`), as a parent must before they have
+/// `io.max`, `io.stat` or `io.weight`; v1 has nothing to enable.
+pub fn enable_io_for_children(root: &Path, cgroup: &Path) -> Result<()> {
+    if detect(root)? == Version::V1 {
+        return Ok(());
+    }
+    write_file(&root.join(cgroup).join("cgroup.subtree_control"), "+io")
 }
 
 /// Waits (up to `timeout`) until the cgroup and its children have no

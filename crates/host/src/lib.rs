@@ -14,6 +14,7 @@ pub mod cgroup;
 pub mod diskstats;
 pub mod error;
 pub mod fio;
+pub mod kernel_control;
 pub mod libvirt;
 pub mod qmp;
 pub mod qmp_backend;

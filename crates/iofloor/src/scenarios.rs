@@ -1,7 +1,7 @@
 //! The shipped scenarios, built into the binary so `iofloor sim noisy-4` works
 //! from anywhere. The files in `scenarios/` are the source.
 
-const BUILTIN: [(&str, &str); 24] = [
+const BUILTIN: [(&str, &str); 27] = [
     ("noisy-4", include_str!("../../../scenarios/noisy-4.toml")),
     ("noisy-20", include_str!("../../../scenarios/noisy-20.toml")),
     ("size-mix", include_str!("../../../scenarios/size-mix.toml")),
@@ -49,6 +49,18 @@ const BUILTIN: [(&str, &str); 24] = [
     (
         "cluster-bed",
         include_str!("../../../scenarios/bench/cluster-bed.toml"),
+    ),
+    (
+        "noisy-guest",
+        include_str!("../../../scenarios/guest/noisy-guest.toml"),
+    ),
+    (
+        "on-off-guest",
+        include_str!("../../../scenarios/guest/on-off-guest.toml"),
+    ),
+    (
+        "cut-guest",
+        include_str!("../../../scenarios/guest/cut-guest.toml"),
     ),
 ];
 

@@ -311,6 +311,11 @@ fn bad_input_is_refused_with_the_field_and_line() {
 fn unknown_policy_and_scenario_are_refused() {
     let out = iofloor(&["sim", "noisy-4", "--policy", "fastest"]);
     assert_refused(&out, &["unknown policy `fastest`", "floor"]);
+    let out = iofloor(&["sim", "noisy-4", "--policy", "iocost"]);
+    assert_refused(
+        &out,
+        &["`iocost` is the kernel's own controller", "iofloor bench"],
+    );
     let out = iofloor(&["sim", "no-such-scenario"]);
     assert_refused(&out, &["no-such-scenario", "noisy-4"]);
     let out = iofloor(&["sim", "noisy-4", "--time-scale", "0"]);

@@ -47,8 +47,10 @@ fn guest_environment() -> bool {
 
 /// A guest for one test, removed on drop.
 struct TestGuest {
-    _state: tempfile::TempDir,
+    state: tempfile::TempDir,
     guest: V2Guest,
+    /// `iofloor guest relay`, when a bench in the guest changes its disk.
+    relay: Option<std::process::Child>,
 }
 
 impl TestGuest {
@@ -70,9 +72,26 @@ impl TestGuest {
             guest.device
         );
         TestGuest {
-            _state: state,
+            state,
             guest,
+            relay: None,
         }
+    }
+
+    /// Starts the host's side of the guest's capacity port, as `iofloor
+    /// guest up` does.
+    fn start_relay(&mut self) {
+        let child = std::process::Command::new(bin())
+            .args(["guest", "relay", "--state-dir"])
+            .arg(self.state.path())
+            .spawn()
+            .unwrap();
+        self.relay = Some(child);
+    }
+
+    /// The disk's capacity as the host last set it.
+    fn disk_iops(&self) -> u64 {
+        V2Guest::list(self.state.path()).unwrap()[0].spec.iops
     }
 
     fn sh(&self, command: &str) -> String {
@@ -183,6 +202,15 @@ impl Drop for TestGuest {
     fn drop(&mut self) {
         if let Err(e) = self.guest.down() {
             eprintln!("guest down: {e}");
+        }
+        // QEMU gone, the relay's port has closed and it ends; waited for.
+        if let Some(mut relay) = self.relay.take() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while relay.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = relay.kill();
+            let _ = relay.wait();
         }
     }
 }
@@ -544,4 +572,106 @@ fn the_guest_cli_runs_commands_changes_capacity_and_leaves_nothing() {
     assert!(!qemus.contains(&guest_dir), "QEMU left running: {qemus}");
     assert!(!PathBuf::from(&backing).exists(), "{backing} left");
     assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
+}
+
+/// An operator's own io.cost model on the guest's disk, which the bench's
+/// io.cost runs replace and put back.
+const OPERATOR_MODEL: &str = "254:0 ctrl=user model=linear rbps=111111111 rseqiops=2222 rrandiops=3333 wbps=44444444 wseqiops=5555 wrandiops=6666";
+
+#[test]
+fn the_kernels_controllers_run_beside_the_policies_and_are_put_back() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !guest_environment() {
+        return;
+    }
+    let mut g = TestGuest::up(CAPACITY);
+    g.start_relay();
+    g.sh(&format!(
+        "echo '{OPERATOR_MODEL}' > /sys/fs/cgroup/io.cost.model"
+    ));
+    let qos_before = g.sh("cat /sys/fs/cgroup/io.cost.qos");
+    g.sh(
+        "(iofloor bench cut-guest --device /dev/vda --policy iocost --policy iocost-qos \
+         --policy bfq --time-scale 0.25 --alone-secs 3 --out /tmp/peers --json \
+         >/tmp/peers.json 2>/tmp/peers.log; echo $? >/tmp/peers.rc) </dev/null >/dev/null 2>&1 &",
+    );
+    // What is in force while the runs go: io.cost's QoS and model, and the
+    // scheduler (each run lasts 10 s; looked at every half second).
+    let mut seen = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while g
+        .sh("cat /tmp/peers.rc 2>/dev/null || true")
+        .trim()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "{}", g.sh("cat /tmp/peers.log"));
+        let now = g.sh(
+            "cat /sys/fs/cgroup/io.cost.qos /sys/fs/cgroup/io.cost.model /sys/block/vda/queue/scheduler; \
+             cat /sys/fs/cgroup/iofloor-bench-*/q1/io.weight 2>/dev/null || true",
+        );
+        for line in now.lines() {
+            seen.insert(line.trim().to_string());
+        }
+        seen.insert(format!("disk at {} IOPS", g.disk_iops()));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let log = g.sh("cat /tmp/peers.log");
+    assert_eq!(g.sh("cat /tmp/peers.rc").trim(), "0", "{log}");
+    let seen: Vec<String> = seen.into_iter().collect();
+    let saw = |all: &[&str]| seen.iter().any(|l| all.iter().all(|part| l.contains(part)));
+    // io.cost with the scenario's model (1,000 IOPS), pinned to it and with
+    // its latency target; q1 (the largest floor) at the largest weight; BFQ.
+    assert!(
+        saw(&["254:0 ctrl=user model=linear rbps=100000000000 rseqiops=1000 rrandiops=1000"]),
+        "{seen:#?}"
+    );
+    assert!(
+        saw(&[
+            "254:0 enable=1 ctrl=user rpct=0.00",
+            "min=100.00 max=100.00"
+        ]),
+        "{seen:#?}"
+    );
+    assert!(
+        saw(&["254:0 enable=1 ctrl=user rpct=95.00 rlat=5000 wpct=95.00 wlat=5000 min=25.00 max=150.00"]),
+        "{seen:#?}"
+    );
+    assert!(saw(&["default 10000"]), "{seen:#?}");
+    assert!(saw(&["[bfq]"]), "{seen:#?}");
+    // The scenario's cut, played by the host's relay, and put back.
+    assert!(saw(&["disk at 700 IOPS"]), "{seen:#?}");
+    assert_eq!(g.disk_iops(), CAPACITY);
+
+    let summary: Value = serde_json::from_str(&g.sh("cat /tmp/peers.json")).unwrap();
+    let runs = summary["policies"].as_object().unwrap();
+    let mut names: Vec<&str> = runs.keys().map(String::as_str).collect();
+    names.sort();
+    assert_eq!(names, ["bfq", "iocost", "iocost-qos", "none"], "{summary}");
+    for (name, run) in runs {
+        let aggregate = run["aggregate_iops"].as_f64().unwrap();
+        assert!(aggregate > 0.0, "{name}: {run}");
+        assert!(run["floor_miss_rate"].as_f64().is_some(), "{name}: {run}");
+    }
+    // Everything as it was: the operator's model, the QoS off, the
+    // scheduler, and no cgroup of the bench's.
+    assert_eq!(
+        g.sh("cat /sys/fs/cgroup/io.cost.model").trim(),
+        OPERATOR_MODEL
+    );
+    // Writing the operator's model set io.cost up on the disk, switched
+    // off: its QoS line is back as it read then.
+    assert!(
+        qos_before.trim().starts_with("254:0 enable=0 ctrl=auto"),
+        "{qos_before}"
+    );
+    assert_eq!(g.sh("cat /sys/fs/cgroup/io.cost.qos"), qos_before);
+    assert_eq!(
+        g.sh("cat /sys/block/vda/queue/scheduler").trim(),
+        "[mq-deadline] bfq none"
+    );
+    assert_eq!(
+        g.sh("ls -d /sys/fs/cgroup/iofloor-bench-* 2>/dev/null || true")
+            .trim(),
+        ""
+    );
 }

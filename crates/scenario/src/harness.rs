@@ -48,12 +48,19 @@ pub enum Control {
     /// tenants, with the whole device's model and nothing from the others:
     /// the single-host daemon on every host, the cluster mode's baseline.
     HostsAlone(PolicyKind),
+    /// One of the kernel's own controllers, set up on a real device before
+    /// the run and put back after it; no policy decides anything. The
+    /// simulator models none of them: only [`run_controls`] asks for one,
+    /// and `iofloor sim` does not accept them.
+    Kernel(KernelPeer),
 }
 
 impl Control {
+    /// The policy that decides each interval (`none` under a kernel controller).
     pub fn kind(self) -> PolicyKind {
         match self {
             Control::Policy(k) | Control::HostsAlone(k) => k,
+            Control::Kernel(_) => PolicyKind::None,
         }
     }
 
@@ -62,7 +69,38 @@ impl Control {
         match self {
             Control::Policy(k) => k.as_str().to_string(),
             Control::HostsAlone(k) => format!("{}-hosts-alone", k.as_str()),
+            Control::Kernel(k) => k.as_str().to_string(),
         }
+    }
+}
+
+/// The kernel's I/O controllers iofloor is measured against on cgroup v2,
+/// each tenant weighted in proportion to its floor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelPeer {
+    /// io.cost with the policies' cost model as its own, its rate pinned
+    /// to the model (no latency target), ordering by `io.weight`.
+    IoCost,
+    /// The same with a latency target (QoS): io.cost slows every tenant
+    /// down when the device's completions come back late.
+    IoCostQos,
+    /// BFQ as the device's scheduler, ordering by `io.bfq.weight`.
+    Bfq,
+}
+
+impl KernelPeer {
+    pub const ALL: [KernelPeer; 3] = [KernelPeer::IoCost, KernelPeer::IoCostQos, KernelPeer::Bfq];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KernelPeer::IoCost => "iocost",
+            KernelPeer::IoCostQos => "iocost-qos",
+            KernelPeer::Bfq => "bfq",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<KernelPeer> {
+        KernelPeer::ALL.into_iter().find(|k| k.as_str() == name)
     }
 }
 
@@ -159,8 +197,18 @@ pub fn run_policies<T: Platform>(
     policies: &[PolicyKind],
     progress: &(dyn Fn(f64, &str) + Sync),
 ) -> Result<Vec<RunRecord>, HarnessError<T>> {
+    run_controls(platform, scenario, &controls(scenario, policies), progress)
+}
+
+/// [`run_policies`] for runs given one by one (`none` first, as
+/// [`controls`] gives them), with the kernel's controllers among them.
+pub fn run_controls<T: Platform>(
+    platform: &T,
+    scenario: &Scenario,
+    kinds: &[Control],
+    progress: &(dyn Fn(f64, &str) + Sync),
+) -> Result<Vec<RunRecord>, HarnessError<T>> {
     let started = SystemTime::now();
-    let kinds = controls(scenario, policies);
     let n = scenario.tenants.len();
     let mut tasks: Vec<Task> = (0..n)
         .map(|i| Task::Alone(i, Box::new(platform.alone_scenario(scenario, i))))

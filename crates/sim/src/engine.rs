@@ -963,7 +963,9 @@ impl<'s> Engine<'s> {
             capacity: 1.0,
         };
         match (control, &self.sc.cluster) {
-            (None, _) => Driver::Nothing,
+            // The simulator models no kernel controller; only a real
+            // device's bench asks for one (`iofloor sim` refuses them).
+            (None | Some(Control::Kernel(_)), _) => Driver::Nothing,
             (Some(c), None) => Driver::OneHost(Controller::new(
                 policy::build(c.kind(), &self.sc.policy, ctx),
                 specs,

@@ -32,6 +32,10 @@ pub const DEFAULT_STATE_ROOT: &str = "/run/iofloor/guests";
 /// The port a daemon in the guest listens on; the host reaches it at
 /// [`V2Guest::api_port`] on 127.0.0.1.
 pub const GUEST_API_PORT: u16 = 9180;
+/// The virtio-serial port over which a bench in the guest asks the host to
+/// change its disk's capacity (a scenario's `device.change`), answered by
+/// [`V2Guest::serve_capacity`] on the host.
+pub const CAPACITY_PORT: &str = "iofloor.capacity";
 /// How long a boot may take under TCG before it is given up.
 const BOOT_WITHIN: Duration = Duration::from_secs(180);
 
@@ -53,6 +57,9 @@ pub struct V2Guest {
     pub qmp: PathBuf,
     /// The command channel's socket.
     pub commands: PathBuf,
+    /// The capacity port's socket ([`CAPACITY_PORT`]).
+    #[serde(default)]
+    pub capacity: PathBuf,
     pub console: PathBuf,
     /// The host port forwarded to the guest's [`GUEST_API_PORT`].
     pub api_port: u16,
@@ -107,6 +114,7 @@ impl V2Guest {
             backing: PathBuf::from(format!("/dev/shm/iofloor-{name}.img")),
             qmp: dir.join("qmp.sock"),
             commands: dir.join("cmd.sock"),
+            capacity: dir.join("capacity.sock"),
             console: dir.join("console.log"),
             api_port: free_port()?,
             dir,
@@ -177,6 +185,15 @@ impl V2Guest {
                     "-device",
                     "virtserialport,bus=vser0.0,chardev=cmd,name=iofloor.cmd",
                 ])
+                .arg("-chardev")
+                .arg(format!(
+                    "socket,id=cap,path={},server=on,wait=off",
+                    qemu_value(&self.capacity)
+                ))
+                .arg("-device")
+                .arg(format!(
+                    "virtserialport,bus=vser0.0,chardev=cap,name={CAPACITY_PORT}"
+                ))
                 .arg("-netdev")
                 .arg(format!(
                     "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{}-:{GUEST_API_PORT}",
@@ -269,10 +286,13 @@ impl V2Guest {
             let line = line.trim_end_matches(['\n', '\r']);
             if !started {
                 started = line == begin;
-            } else if let Some(rc) = line
-                .strip_prefix("@@rc=")
-                .and_then(|r| r.strip_suffix(&nonce))
+            } else if let Some((last, rc)) = line
+                .rsplit_once("@@rc=")
+                .and_then(|(last, r)| Some((last, r.strip_suffix(&nonce)?)))
             {
+                // Output that did not end its last line (a JSON file)
+                // runs into the marker.
+                output.push_str(last);
                 let status = rc.trim().parse().unwrap_or(-1);
                 return Ok(Ran { status, output });
             } else {
@@ -307,6 +327,52 @@ impl V2Guest {
         set_group_limits(&self.qmp, "dev", &spec)?;
         self.spec = spec;
         self.save()
+    }
+
+    /// Answers the guest's capacity port until QEMU closes it (the guest
+    /// went down): `spec` gets the disk's capacity in force, `set SPEC`
+    /// (a [`RigSpec`] in JSON) sets it live and gets it back, each answer
+    /// one line, `ok SPEC` or `error MESSAGE`. What a bench in the guest
+    /// uses to play a scenario's capacity changes on its disk.
+    pub fn serve_capacity(mut self) -> Result<()> {
+        let socket = self.capacity.clone();
+        let io = |e| HostError::io(&socket, e);
+        let stream = UnixStream::connect(&socket).map_err(io)?;
+        let mut answers = stream.try_clone().map_err(io)?;
+        let mut requests = BufReader::new(stream);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if requests.read_line(&mut line).map_err(io)? == 0 {
+                return Ok(());
+            }
+            let answer = match self.capacity_request(line.trim()) {
+                Ok(spec) => format!(
+                    "ok {}",
+                    serde_json::to_string(&spec).expect("a spec serialises")
+                ),
+                Err(e) => format!("error {e}"),
+            };
+            writeln!(answers, "{answer}").map_err(io)?;
+        }
+    }
+
+    fn capacity_request(&mut self, request: &str) -> Result<RigSpec> {
+        match request.split_once(' ').unwrap_or((request, "")) {
+            ("spec", "") => Ok(self.spec),
+            ("set", json) => {
+                let spec: RigSpec = serde_json::from_str(json).map_err(|e| {
+                    HostError::malformed(&self.capacity, None, format!("`{json}`: {e}"))
+                })?;
+                self.change_capacity(spec)?;
+                Ok(spec)
+            }
+            _ => Err(HostError::malformed(
+                &self.capacity,
+                None,
+                format!("`{request}` is neither `spec` nor `set SPEC`"),
+            )),
+        }
     }
 
     /// Stops QEMU (ours only, by its recorded PID) and removes the disk and
@@ -397,4 +463,90 @@ fn rand_nonce() -> u128 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     nanos ^ (u128::from(std::process::id()) << 64)
+}
+
+/// The guest's side of [`CAPACITY_PORT`]: its disk's capacity, asked of
+/// and set by the host. Found only inside the test guest.
+#[derive(Debug, Clone)]
+pub struct GuestDisk {
+    port: PathBuf,
+    /// The capacity when it was found.
+    pub spec: RigSpec,
+}
+
+/// How long the host's relay has to answer.
+const CAPACITY_ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
+impl GuestDisk {
+    /// The capacity port of the guest this runs in, and its disk's
+    /// capacity; `None` outside the guest. An error if the port is there
+    /// but the host does not answer.
+    pub fn find(sys: &Path) -> Result<Option<GuestDisk>> {
+        let ports = sys.join("class/virtio-ports");
+        let Ok(entries) = std::fs::read_dir(&ports) else {
+            return Ok(None);
+        };
+        for entry in entries.flatten() {
+            let name = std::fs::read_to_string(entry.path().join("name")).unwrap_or_default();
+            if name.trim() == CAPACITY_PORT {
+                let port = Path::new("/dev").join(entry.file_name());
+                let spec = ask(&port, "spec")?;
+                return Ok(Some(GuestDisk { port, spec }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Sets the disk's capacity live, through the host.
+    pub fn set_limits(&self, spec: &RigSpec) -> Result<()> {
+        let json = serde_json::to_string(spec).expect("a spec serialises");
+        ask(&self.port, &format!("set {json}")).map(|_| ())
+    }
+}
+
+/// One request on the capacity port and its answer.
+fn ask(port: &Path, request: &str) -> Result<RigSpec> {
+    use std::os::fd::AsFd;
+    let io = |e: std::io::Error| HostError::io(port, e);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(port)
+        .map_err(io)?;
+    writeln!(file, "{request}").map_err(io)?;
+    // A port with no one on the host's end never answers: waited for with
+    // a deadline, not a blocking read.
+    let mut answer = Vec::new();
+    let deadline = Instant::now() + CAPACITY_ANSWER_WITHIN;
+    while !answer.ends_with(b"\n") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let timeout = rustix::event::Timespec::try_from(left).unwrap_or_default();
+        let fd = file.as_fd();
+        let mut fds = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::IN,
+        )];
+        let ready = rustix::event::poll(&mut fds, Some(&timeout)).map_err(|e| io(e.into()))?;
+        if ready == 0 {
+            return Err(HostError::Timeout {
+                what: format!(
+                    "an answer to `{request}` from the host's capacity relay on {}",
+                    port.display()
+                ),
+                secs: CAPACITY_ANSWER_WITHIN.as_secs(),
+            });
+        }
+        let mut chunk = [0u8; 512];
+        let n = std::io::Read::read(&mut file, &mut chunk).map_err(io)?;
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    match answer.trim().split_once(' ') {
+        Some(("ok", json)) => serde_json::from_str(json)
+            .map_err(|e| HostError::malformed(port, None, format!("`{json}`: {e}"))),
+        _ => Err(HostError::Command {
+            what: format!("`{request}` on {}", port.display()),
+            message: answer.trim().to_string(),
+        }),
+    }
 }

@@ -7,6 +7,7 @@ use crate::common::{
 use anyhow::Context;
 use clap::Args;
 use iofloor_report::render;
+use iofloor_scenario::KernelPeer;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -25,7 +26,11 @@ pub struct BenchArgs {
     /// Where `iofloor cluster up` recorded the bed (with --cluster).
     #[arg(long, default_value = iofloor_testbed::cluster::DEFAULT_STATE_ROOT)]
     pub bed_state_dir: PathBuf,
-    /// Policy to run; repeat for several (none is always run as the reference).
+    /// Policy to run; repeat for several (none is always run as the
+    /// reference): none, static, top-throttle, floor, and on cgroup v2 the
+    /// kernel's own controllers, each tenant weighted by its floor: iocost
+    /// (io.cost with the policies' model, its rate pinned to it), iocost-qos
+    /// (the same with a latency target), bfq (BFQ weights).
     #[arg(long = "policy")]
     pub policies: Vec<String>,
     /// Scale every time in the scenario (0.25 runs the 10-minute noisy-4 in 2.5).
@@ -40,9 +45,11 @@ pub struct BenchArgs {
     /// Cost model for the policies (a file written by `iofloor calibrate`).
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// Root of the cgroup hierarchy with the I/O controller.
-    #[arg(long, default_value = "/sys/fs/cgroup/blkio")]
-    pub cgroup_root: PathBuf,
+    /// Root of the cgroup hierarchy with the I/O controller. Default: the
+    /// v1 blkio hierarchy at /sys/fs/cgroup/blkio if there is one, else
+    /// cgroup v2's at /sys/fs/cgroup.
+    #[arg(long)]
+    pub cgroup_root: Option<PathBuf>,
     /// Length of each tenant's alone run (p99 baseline; the whole scenario gives per-window demand), seconds.
     #[arg(long, default_value_t = 10.0)]
     pub alone_secs: f64,
@@ -90,7 +97,7 @@ fn bench_plan(
     args: &BenchArgs,
 ) -> anyhow::Result<(iofloor_scenario::Scenario, iofloor_bench::BenchOptions)> {
     let mut sc = load_scenario(&args.scenario)?;
-    let policies = parse_policies(&args.policies)?;
+    let (kernel, policies) = parse_bench_policies(&args.policies)?;
     check_time_scale(args.time_scale)?;
     check_alone_secs(args.alone_secs)?;
     if args.time_scale != 1.0 {
@@ -117,7 +124,11 @@ fn bench_plan(
             None => PathBuf::new(),
         },
         policies,
-        cgroup_root: absolute("--cgroup-root", &args.cgroup_root)?,
+        kernel,
+        cgroup_root: match &args.cgroup_root {
+            Some(root) => absolute("--cgroup-root", root)?,
+            None => default_cgroup_root(),
+        },
         work_dir: out.join("fio"),
         model,
         alone: Duration::from_secs_f64(args.alone_secs),
@@ -126,6 +137,31 @@ fn bench_plan(
         rig_state_dir: absolute("--rig-state-dir", &args.rig_state_dir)?,
     };
     Ok((sc, opts))
+}
+
+/// The kernel's controllers and the policies among `--policy` values; only
+/// kernel controllers named runs no policy but the `none` reference.
+fn parse_bench_policies(
+    names: &[String],
+) -> anyhow::Result<(Vec<KernelPeer>, Vec<iofloor_core::policy::PolicyKind>)> {
+    let (kernel, policies): (Vec<&String>, Vec<&String>) =
+        names.iter().partition(|n| KernelPeer::parse(n).is_some());
+    let kernel: Vec<KernelPeer> = kernel.iter().filter_map(|n| KernelPeer::parse(n)).collect();
+    if policies.is_empty() && !kernel.is_empty() {
+        return Ok((kernel, Vec::new()));
+    }
+    let policies: Vec<String> = policies.into_iter().cloned().collect();
+    Ok((kernel, parse_policies(&policies)?))
+}
+
+/// cgroup v1's blkio hierarchy where it is mounted (blk-throttle), else v2's.
+fn default_cgroup_root() -> PathBuf {
+    let v1 = PathBuf::from("/sys/fs/cgroup/blkio");
+    if v1.join("blkio.throttle.io_serviced").exists() {
+        v1
+    } else {
+        PathBuf::from("/sys/fs/cgroup")
+    }
 }
 
 pub fn bench(args: BenchArgs) -> anyhow::Result<()> {

@@ -118,7 +118,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
         out: Some(out),
         json: false,
         model: None,
-        cgroup_root: PathBuf::from("/sys/fs/cgroup/blkio"),
+        cgroup_root: Some(PathBuf::from("/sys/fs/cgroup/blkio")),
         alone_secs: args.alone_secs,
         vm_path: "cgroup".into(),
         rig_state_dir: state,

@@ -59,6 +59,14 @@ pub enum GuestAction {
         #[arg(long, default_value = DEFAULT_STATE_ROOT)]
         state_dir: PathBuf,
     },
+    /// Answer the guest's capacity port until the guest goes down (`guest
+    /// up` starts it): how a bench in the guest changes its disk's
+    /// capacity for a scenario's `device.change`.
+    #[command(hide = true)]
+    Relay {
+        #[arg(long, default_value = DEFAULT_STATE_ROOT)]
+        state_dir: PathBuf,
+    },
 }
 
 pub fn guest(action: GuestAction) -> anyhow::Result<()> {
@@ -84,7 +92,13 @@ pub fn guest(action: GuestAction) -> anyhow::Result<()> {
                 )));
             }
             let me = std::env::current_exe()?;
-            let guest = V2Guest::up(spec, &[(me, "/usr/bin/iofloor".into())], memory, root)?;
+            let guest = V2Guest::up(
+                spec,
+                &[(me.clone(), "/usr/bin/iofloor".into())],
+                memory,
+                root,
+            )?;
+            start_relay(&me, root)?;
             println!("{}", guest.dir.display());
             println!("{} /dev/vda", guest.device.as_deref().unwrap_or("?:?"));
             println!(
@@ -129,7 +143,24 @@ pub fn guest(action: GuestAction) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&g)?);
             }
         }
+        GuestAction::Relay { state_dir } => only(&state_dir)?.serve_capacity()?,
     }
+    Ok(())
+}
+
+/// `guest relay` for the guest just booted, in its own session with no
+/// terminal, so it outlives this command; it ends when QEMU closes the port.
+fn start_relay(me: &std::path::Path, root: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    std::process::Command::new(me)
+        .args(["guest", "relay", "--state-dir"])
+        .arg(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()?;
     Ok(())
 }
 
