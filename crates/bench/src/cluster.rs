@@ -180,10 +180,10 @@ impl Platform for ClusterPlatform<'_> {
             None | Some(Control::Policy(PolicyKind::None)) => Driver::Nothing,
             Some(Control::Policy(kind)) => Driver::Agents(plan(kind, true)),
             Some(Control::HostsAlone(kind)) => Driver::Agents(plan(kind, false)),
-            Some(Control::Kernel(peer)) => {
+            Some(Control::Kernel(run)) => {
                 return Err(BenchError::Invalid(format!(
                     "{}: the cluster bed's hosts run cgroup v1; the kernel's controllers are measured on one v2 host",
-                    peer.as_str()
+                    run.label()
                 )))
             }
         };
@@ -194,6 +194,7 @@ impl Platform for ClusterPlatform<'_> {
                 tenant_host,
             },
             driver,
+            kernel: None,
             stop: self.stop,
         };
         play::play(scenario, setup, &tag, progress)

@@ -22,7 +22,7 @@ use iofloor_core::CostModel;
 use iofloor_host::cgroup::{self, DevId};
 use iofloor_host::fio;
 use iofloor_report::record::RunRecord;
-use iofloor_scenario::{Control, KernelPeer, Platform, RawRun, RunEnvironment, Scenario};
+use iofloor_scenario::{Control, KernelRun, Platform, RawRun, RunEnvironment, Scenario};
 use iofloor_testbed::rig::Rig;
 use std::path::PathBuf;
 use std::process::Command;
@@ -55,7 +55,7 @@ pub struct BenchOptions {
     pub device: PathBuf,
     pub policies: Vec<PolicyKind>,
     /// The kernel's own controllers to run beside the policies (cgroup v2).
-    pub kernel: Vec<KernelPeer>,
+    pub kernel: Vec<KernelRun>,
     pub cgroup_root: PathBuf,
     /// fio outputs and latency logs go here.
     pub work_dir: PathBuf,
@@ -111,10 +111,10 @@ pub fn preflight(scenario: &Scenario, opts: &BenchOptions) -> Result<DevId> {
         DevId::of_block_device(&opts.device).map_err(|e| BenchError::Invalid(e.to_string()))?;
     let version =
         cgroup::detect(&opts.cgroup_root).map_err(|e| BenchError::Invalid(e.to_string()))?;
-    if let (Some(peer), cgroup::Version::V1) = (opts.kernel.first(), version) {
+    if let (Some(run), cgroup::Version::V1) = (opts.kernel.first(), version) {
         return Err(BenchError::Invalid(format!(
             "{}: the kernel's controllers are set up through cgroup v2 (io.cost, io.weight, io.bfq.weight); {} is a v1 hierarchy",
-            peer.as_str(),
+            run.label(),
             opts.cgroup_root.display()
         )));
     }
@@ -224,15 +224,18 @@ impl Platform for FioPlatform<'_> {
         label: &str,
         progress: &(dyn Fn(f64) + Sync),
     ) -> Result<RawRun> {
-        let driver = match control {
+        let (driver, kernel) = match control {
             Some(Control::HostsAlone(_)) => {
                 return Err(BenchError::Invalid(format!(
                     "{label}: one host's bench has no hosts to run alone"
                 )))
             }
-            Some(Control::Policy(kind)) => play::Driver::Policy(kind),
-            Some(Control::Kernel(peer)) => play::Driver::Kernel(peer),
-            None => play::Driver::Nothing,
+            Some(Control::Policy(kind)) => (play::Driver::Policy(kind), None),
+            Some(Control::Kernel(KernelRun { peer, policy })) => match policy {
+                PolicyKind::None => (play::Driver::Nothing, Some(peer)),
+                policy => (play::Driver::Policy(policy), Some(peer)),
+            },
+            None => (play::Driver::Nothing, None),
         };
         let setup = play::Setup {
             opts: self.opts,
@@ -242,6 +245,7 @@ impl Platform for FioPlatform<'_> {
                 scenario.tenants.len(),
             ),
             driver,
+            kernel,
             stop: self.stop,
         };
         play::play(scenario, setup, &tag(label), progress)

@@ -58,9 +58,6 @@ pub(crate) enum Driver<'a> {
     /// `iofloor run` on every host of the cluster bed, started once the
     /// tenants' cgroups exist; they also play the scenario's host events.
     Agents(AgentPlan<'a>),
-    /// One of the kernel's own controllers, set up once the tenants'
-    /// cgroups exist and put back when the run ends.
-    Kernel(KernelPeer),
 }
 
 /// What a run needs from its platform.
@@ -68,6 +65,9 @@ pub(crate) struct Setup<'a> {
     pub opts: &'a BenchOptions,
     pub placement: Placement,
     pub driver: Driver<'a>,
+    /// One of the kernel's own controllers, set up once the tenants'
+    /// cgroups exist and put back when the run ends.
+    pub kernel: Option<KernelPeer>,
     /// Set by a signal handler: the run stops at the next check.
     pub stop: &'a AtomicBool,
 }
@@ -197,12 +197,14 @@ fn kernel_control(
         },
         KernelPeer::Bfq => KernelSetup::Bfq,
     };
+    let journal = crate::session::kernel_journal()?;
     Ok(KernelControl::apply(
         &setup,
         &opts.cgroup_root,
         Path::new("/sys"),
         dev,
         &tenants,
+        Some(&journal),
     )?)
 }
 
@@ -290,6 +292,7 @@ impl<'s> Play<'s> {
             opts,
             placement,
             driver,
+            kernel,
             ..
         } = setup;
         let devs: Vec<DevId> = placement.devices.iter().map(|(_, dev)| *dev).collect();
@@ -336,16 +339,22 @@ impl<'s> Play<'s> {
             };
             tenant_device.push(device);
         }
-        let (controller, agents, kernel) = match driver {
-            Driver::Nothing => (None, None, None),
-            Driver::Policy(kind) => (Some(policy_controller(scenario, kind)), None, None),
-            Driver::Agents(plan) => (None, Some(plan.start(scenario, &session, &work)?), None),
-            Driver::Kernel(peer) => {
-                let kernel = kernel_control(scenario, peer, opts, &session, devs[0])?;
-                (None, None, Some(kernel))
-            }
+        let kernel = kernel
+            .map(|peer| kernel_control(scenario, peer, opts, &session, devs[0]))
+            .transpose()?;
+        let (controller, agents) = match driver {
+            Driver::Nothing => (None, None),
+            Driver::Policy(kind) => (Some(policy_controller(scenario, kind)), None),
+            Driver::Agents(plan) => (None, Some(plan.start(scenario, &session, &work)?)),
         };
-        let capacity = CapacityKnob::find(&opts.device, &opts.rig_state_dir)?;
+        // A rig is known from its state (its limits chart the true
+        // capacity); the guest's relay is asked only by a scenario that
+        // changes the disk.
+        let capacity = if scenario.device.changes.is_empty() {
+            crate::rig_of(&opts.device, &opts.rig_state_dir).map(CapacityKnob::Rig)
+        } else {
+            CapacityKnob::find(&opts.device, &opts.rig_state_dir)?
+        };
         Ok(Play {
             scenario,
             agents,

@@ -85,6 +85,7 @@ pub(crate) fn signal(pid: u32, sig: rustix::process::Signal) {
 impl Session {
     pub fn create(root: &Path, devs: &[DevId], scenario: &Scenario, tag: &str) -> Result<Session> {
         remove_stale_sessions(root);
+        restore_stale_kernel_files();
         let parent = PathBuf::from(format!("{SESSION_PREFIX}{}-{tag}", std::process::id()));
         let io = devs
             .iter()
@@ -435,14 +436,10 @@ fn remove_stale_sessions(root: &Path) {
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().to_string();
-        let Some(owner) = name
+        let owner = name
             .strip_prefix(SESSION_PREFIX)
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if owner == std::process::id() || Path::new(&format!("/proc/{owner}")).exists() {
+            .and_then(|rest| rest.split('-').next());
+        if !owner_gone(owner) {
             continue;
         }
         match cgroup::remove_tree(root, Path::new(&name)) {
@@ -450,6 +447,53 @@ fn remove_stale_sessions(root: &Path) {
             Err(e) => eprintln!("warning: {name} was left by a bench that was killed: {e}"),
         }
     }
+}
+
+/// Where a bench keeps what puts the kernel's controller files back while
+/// one is in force (`kernel-<pid>.json`), for the next bench if it is killed.
+const KERNEL_JOURNALS: &str = "/run/iofloor/bench";
+
+/// This bench's journal of the kernel's controller files.
+pub(crate) fn kernel_journal() -> Result<PathBuf> {
+    let dir = Path::new(KERNEL_JOURNALS);
+    std::fs::create_dir_all(dir).map_err(|source| BenchError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    Ok(dir.join(format!("kernel-{}.json", std::process::id())))
+}
+
+/// Puts back the kernel's controller files that benches killed mid-run left
+/// changed (io.cost on, BFQ the scheduler): their journals, whose owner's
+/// PID is gone.
+fn restore_stale_kernel_files() {
+    let Ok(entries) = std::fs::read_dir(KERNEL_JOURNALS) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let owner = name
+            .strip_prefix("kernel-")
+            .and_then(|rest| rest.strip_suffix(".json"));
+        if !owner_gone(owner) {
+            continue;
+        }
+        match iofloor_host::kernel_control::restore_journal(&e.path()) {
+            Ok(()) => eprintln!(
+                "bench: put back the kernel's I/O controller files a killed bench left ({name})"
+            ),
+            Err(e) => eprintln!("warning: putting back what a killed bench left ({name}): {e}"),
+        }
+    }
+}
+
+/// Whether the bench whose PID (`pid`, as text) names a leftover is gone;
+/// never this one, and nothing that is not a PID.
+fn owner_gone(pid: Option<&str>) -> bool {
+    pid.and_then(|p| p.parse::<u32>().ok())
+        .is_some_and(|owner| {
+            owner != std::process::id() && !Path::new(&format!("/proc/{owner}")).exists()
+        })
 }
 
 /// A cgroup directory name from a tenant name.

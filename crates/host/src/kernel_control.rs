@@ -2,8 +2,12 @@
 //! the same device: io.cost (cgroup v2's weight-based controller, with its
 //! device model and latency QoS) ordering by `io.weight`, and BFQ ordering
 //! by `io.bfq.weight`. Each tenant's weight is proportional to its floor.
-//! Every file written is read first and put back by
-//! [`KernelControl::restore`] (or on drop), as every limit iofloor sets is.
+//! The device's files (`io.cost.model`, `io.cost.qos`, the scheduler) are
+//! read first and put back by [`KernelControl::restore`] (or on drop), as
+//! every limit iofloor sets is; the tenants' weights go back to the
+//! kernel's default, 100 (they are set on cgroups made for the run). The
+//! first write to `io.cost.model` sets io.cost up on the device for good,
+//! switched off once put back: its lines stay in both files.
 
 use crate::cgroup::{v2_device_fields, DevId};
 use crate::error::{HostError, Result};
@@ -69,8 +73,8 @@ impl IoCostQos {
             self.min_pct,
             self.max_pct
         );
-        // A latency is taken only with its percentile: alone it would be
-        // a target at the kernel's default percentile.
+        // A latency is written only with its percentile: alone it would
+        // join whatever percentile is in force.
         if self.rpct > 0.0 {
             line.push_str(&format!(" rlat={}", self.rlat_us.max(1)));
         }
@@ -97,7 +101,7 @@ const BFQ_WEIGHT_MAX: f64 = 1_000.0;
 
 /// One file as it was before a kernel controller was set up, and what
 /// puts it back.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Saved {
     path: PathBuf,
     text: String,
@@ -108,21 +112,29 @@ struct Saved {
 #[derive(Debug)]
 pub struct KernelControl {
     saved: Vec<Saved>,
+    /// Where what puts the files back is kept, before each write, so that
+    /// a process killed mid-run leaves it for [`restore_journal`].
+    journal: Option<PathBuf>,
 }
 
 impl KernelControl {
     /// Sets up `setup` for device `dev` on the cgroup v2 hierarchy at `root`
     /// (`sys` is /sys), each tenant cgroup (relative to `root`) weighted in
     /// proportion to its share (its floor, in cost units). On an error
-    /// what was already changed is put back.
+    /// what was already changed is put back. With a `journal` path, what
+    /// puts each file back is written there before the file is changed.
     pub fn apply(
         setup: &KernelSetup,
         root: &Path,
         sys: &Path,
         dev: DevId,
         tenants: &[(PathBuf, f64)],
+        journal: Option<&Path>,
     ) -> Result<KernelControl> {
-        let mut control = KernelControl { saved: Vec::new() };
+        let mut control = KernelControl {
+            saved: Vec::new(),
+            journal: journal.map(Path::to_path_buf),
+        };
         let applied = match setup {
             KernelSetup::IoCost { model, qos } => control.io_cost(root, dev, model, qos, tenants),
             KernelSetup::Bfq => control.bfq(root, sys, dev, tenants),
@@ -208,7 +220,18 @@ impl KernelControl {
             path: path.to_path_buf(),
             text: undo,
         });
+        self.write_journal()?;
         fs::write(path, text).map_err(|e| HostError::io(path, e))
+    }
+
+    fn write_journal(&self) -> Result<()> {
+        let Some(journal) = &self.journal else {
+            return Ok(());
+        };
+        let text = serde_json::to_string(&self.saved).expect("saved files serialise");
+        let partial = journal.with_extension("partial");
+        fs::write(&partial, text).map_err(|e| HostError::io(&partial, e))?;
+        fs::rename(&partial, journal).map_err(|e| HostError::io(journal, e))
     }
 
     /// Puts back every file changed, the last first. A tenant's cgroup
@@ -229,8 +252,32 @@ impl KernelControl {
                 }
             }
         }
+        // Tried once; a file that could not be put back now is said, not
+        // tried again at every start.
+        if let Some(journal) = &self.journal {
+            match fs::remove_file(journal) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    first_error.get_or_insert(HostError::io(journal, e));
+                }
+            }
+        }
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// Puts back what a process killed while a kernel controller was in force
+/// left in its `journal` (see [`KernelControl::apply`]), and removes it.
+pub fn restore_journal(journal: &Path) -> Result<()> {
+    let text = fs::read_to_string(journal).map_err(|e| HostError::io(journal, e))?;
+    let saved: Vec<Saved> = serde_json::from_str(&text)
+        .map_err(|e| HostError::malformed(journal, None, e.to_string()))?;
+    KernelControl {
+        saved,
+        journal: Some(journal.to_path_buf()),
+    }
+    .restore()
 }
 
 impl Drop for KernelControl {
@@ -373,7 +420,7 @@ mod tests {
             model: params(),
             qos: IoCostQos::latency(95.0, 5000),
         };
-        let control = KernelControl::apply(&setup, &root, &sys, DEV, &tenants()).unwrap();
+        let control = KernelControl::apply(&setup, &root, &sys, DEV, &tenants(), None).unwrap();
         assert_eq!(
             read(root.join("io.cost.model")),
             "254:0 ctrl=user model=linear rbps=4096000 rseqiops=1000 rrandiops=1000 wbps=4096000 wseqiops=1000 wrandiops=1000"
@@ -388,6 +435,33 @@ mod tests {
         assert_eq!(read(root.join("io.cost.qos")), "254:0 enable=0 ctrl=auto");
         assert_eq!(read(root.join("io.cost.model")), "254:0 ctrl=auto");
         assert_eq!(read(root.join("t/q1/io.weight")), "default 100");
+    }
+
+    #[test]
+    fn a_killed_runs_journal_puts_the_files_back() {
+        let (dir, root, sys) = tree();
+        let journal = dir.path().join("kernel-1.json");
+        let control = KernelControl::apply(
+            &KernelSetup::Bfq,
+            &root,
+            &sys,
+            DEV,
+            &tenants(),
+            Some(&journal),
+        )
+        .unwrap();
+        let sched = sys.join("dev/block/254:0/queue/scheduler");
+        assert_eq!(read(sched.clone()), "bfq");
+        // Killed: nothing runs its drop.
+        std::mem::forget(control);
+        assert!(journal.exists());
+        restore_journal(&journal).unwrap();
+        assert_eq!(read(sched), "mq-deadline");
+        assert_eq!(read(root.join("t/q1/io.bfq.weight")), "default 100");
+        assert!(!journal.exists());
+        fs::write(&journal, "[{").unwrap();
+        let e = restore_journal(&journal).unwrap_err();
+        assert!(e.to_string().contains("kernel-1.json"), "{e}");
     }
 
     #[test]
@@ -412,7 +486,7 @@ mod tests {
             model: params(),
             qos: IoCostQos::PINNED,
         };
-        drop(KernelControl::apply(&setup, &root, &sys, DEV, &tenants()).unwrap());
+        drop(KernelControl::apply(&setup, &root, &sys, DEV, &tenants(), None).unwrap());
         assert_eq!(read(root.join("io.cost.model")), model.trim_end());
         assert_eq!(read(root.join("io.cost.qos")), "254:0 enable=1 ctrl=auto");
     }
@@ -422,7 +496,7 @@ mod tests {
         let (_d, root, sys) = tree();
         let sched = sys.join("dev/block/254:0/queue/scheduler");
         let control =
-            KernelControl::apply(&KernelSetup::Bfq, &root, &sys, DEV, &tenants()).unwrap();
+            KernelControl::apply(&KernelSetup::Bfq, &root, &sys, DEV, &tenants(), None).unwrap();
         assert_eq!(read(sched.clone()), "bfq");
         assert_eq!(read(root.join("t/q1/io.bfq.weight")), "default 1000");
         assert_eq!(read(root.join("t/noisy/io.bfq.weight")), "default 200");
@@ -436,21 +510,22 @@ mod tests {
         let (_d, root, sys) = tree();
         let sched = sys.join("dev/block/254:0/queue/scheduler");
         fs::write(&sched, "[none] mq-deadline\n").unwrap();
-        let e = KernelControl::apply(&KernelSetup::Bfq, &root, &sys, DEV, &tenants()).unwrap_err();
+        let e = KernelControl::apply(&KernelSetup::Bfq, &root, &sys, DEV, &tenants(), None)
+            .unwrap_err();
         assert!(e.to_string().contains("offers no bfq"), "{e}");
         fs::remove_file(root.join("io.cost.model")).unwrap();
         let setup = KernelSetup::IoCost {
             model: params(),
             qos: IoCostQos::PINNED,
         };
-        let e = KernelControl::apply(&setup, &root, &sys, DEV, &tenants()).unwrap_err();
+        let e = KernelControl::apply(&setup, &root, &sys, DEV, &tenants(), None).unwrap_err();
         assert!(e.to_string().contains("io.cost.model: missing"), "{e}");
         // A tenant cgroup without io.weight (io not enabled for it) fails
         // after the root files changed: they are put back.
         fs::write(root.join("io.cost.model"), "").unwrap();
         fs::remove_file(root.join("t/noisy/io.weight")).unwrap();
         fs::remove_dir_all(root.join("t/noisy")).unwrap();
-        let e = KernelControl::apply(&setup, &root, &sys, DEV, &tenants()).unwrap_err();
+        let e = KernelControl::apply(&setup, &root, &sys, DEV, &tenants(), None).unwrap_err();
         assert!(e.to_string().contains("t/noisy/io.weight"), "{e}");
         assert_eq!(read(root.join("io.cost.qos")), "254:0 enable=0 ctrl=auto");
         assert_eq!(read(root.join("io.cost.model")), "254:0 ctrl=auto");

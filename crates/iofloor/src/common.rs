@@ -109,7 +109,7 @@ pub fn parse_policies(names: &[String]) -> anyhow::Result<Vec<PolicyKind>> {
     names
         .iter()
         .map(|n| {
-            if iofloor_scenario::KernelPeer::parse(n).is_some() {
+            if iofloor_scenario::KernelRun::parse(n).is_some() {
                 return Err(bad(format!(
                     "--policy: `{n}` is the kernel's own controller: `iofloor bench` sets it up on a cgroup v2 device; the simulator models none"
                 )));

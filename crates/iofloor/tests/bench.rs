@@ -467,10 +467,10 @@ fn bench_refuses_bad_input_with_exit_2_and_creates_nothing() {
     // The kernel's controllers are cgroup v2's; this host's blkio is v1.
     check(
         run(
-            &["bench", "noisy-4", "--device", &rig.device, "--policy", "iocost"],
+            &["bench", "noisy-4", "--device", &rig.device, "--policy", "floor+iocost"],
             None,
         ),
-        "iocost: the kernel's controllers are set up through cgroup v2 (io.cost, io.weight, io.bfq.weight); /sys/fs/cgroup/blkio is a v1 hierarchy",
+        "floor+iocost: the kernel's controllers are set up through cgroup v2 (io.cost, io.weight, io.bfq.weight); /sys/fs/cgroup/blkio is a v1 hierarchy",
     );
     let no_fio = tempfile::tempdir().unwrap();
     check(

@@ -49,10 +49,11 @@ pub enum Control {
     /// the single-host daemon on every host, the cluster mode's baseline.
     HostsAlone(PolicyKind),
     /// One of the kernel's own controllers, set up on a real device before
-    /// the run and put back after it; no policy decides anything. The
-    /// simulator models none of them: only [`run_controls`] asks for one,
-    /// and `iofloor sim` does not accept them.
-    Kernel(KernelPeer),
+    /// the run and put back after it, alone or with a policy deciding the
+    /// amounts on top (`floor+bfq`). The simulator models none of them:
+    /// only [`run_controls`] asks for one, and `iofloor sim` does not
+    /// accept them.
+    Kernel(KernelRun),
 }
 
 impl Control {
@@ -60,7 +61,7 @@ impl Control {
     pub fn kind(self) -> PolicyKind {
         match self {
             Control::Policy(k) | Control::HostsAlone(k) => k,
-            Control::Kernel(_) => PolicyKind::None,
+            Control::Kernel(run) => run.policy,
         }
     }
 
@@ -69,7 +70,7 @@ impl Control {
         match self {
             Control::Policy(k) => k.as_str().to_string(),
             Control::HostsAlone(k) => format!("{}-hosts-alone", k.as_str()),
-            Control::Kernel(k) => k.as_str().to_string(),
+            Control::Kernel(run) => run.label(),
         }
     }
 }
@@ -101,6 +102,38 @@ impl KernelPeer {
 
     pub fn parse(name: &str) -> Option<KernelPeer> {
         KernelPeer::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
+/// A run under one of the kernel's controllers: `peer` orders the I/O, and
+/// `policy` (`none` for the controller alone) decides the amounts through
+/// the throttles, as in any run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelRun {
+    pub peer: KernelPeer,
+    pub policy: PolicyKind,
+}
+
+impl KernelRun {
+    /// `iocost` for the controller alone, `floor+iocost` with a policy.
+    pub fn label(self) -> String {
+        match self.policy {
+            PolicyKind::None => self.peer.as_str().to_string(),
+            policy => format!("{}+{}", policy.as_str(), self.peer.as_str()),
+        }
+    }
+
+    /// The run a label names (`iocost`, `floor+bfq`); `None` for any other
+    /// name.
+    pub fn parse(name: &str) -> Option<KernelRun> {
+        let (policy, peer) = match name.split_once('+') {
+            Some((policy, peer)) => (policy.parse().ok()?, peer),
+            None => (PolicyKind::None, name),
+        };
+        Some(KernelRun {
+            peer: KernelPeer::parse(peer)?,
+            policy,
+        })
     }
 }
 
@@ -423,5 +456,39 @@ fn assemble<T: Platform>(
         decision_time_us_max: run.decisions.max_us(),
         decision_time_us_mean: run.decisions.mean_us(),
         ios_completed: run.ios_completed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_runs_are_named_alone_or_under_a_policy_and_nothing_else_parses() {
+        for name in [
+            "iocost",
+            "iocost-qos",
+            "bfq",
+            "floor+bfq",
+            "static+iocost-qos",
+        ] {
+            let run = KernelRun::parse(name).unwrap();
+            assert_eq!(run.label(), name);
+            assert_eq!(Control::Kernel(run).label(), name);
+        }
+        let floor_bfq = KernelRun::parse("floor+bfq").unwrap();
+        assert_eq!(Control::Kernel(floor_bfq).kind(), PolicyKind::Floor);
+        assert_eq!(KernelRun::parse("bfq").unwrap().policy, PolicyKind::None);
+        for name in [
+            "floor",
+            "",
+            "+bfq",
+            "floor+",
+            "fastest+bfq",
+            "floor+cfq",
+            "bfq+floor",
+        ] {
+            assert_eq!(KernelRun::parse(name), None, "{name}");
+        }
     }
 }

@@ -14,7 +14,7 @@ pub mod stats;
 
 pub use format::{Scenario, ScenarioError};
 pub use harness::{
-    controls, run_controls, run_policies, Control, HarnessError, KernelPeer, Platform, RawRun,
-    RunEnvironment,
+    controls, run_controls, run_policies, Control, HarnessError, KernelPeer, KernelRun, Platform,
+    RawRun, RunEnvironment,
 };
 pub use stats::{DecisionStats, LatencyRecorder};

@@ -340,13 +340,16 @@ impl V2Guest {
         let stream = UnixStream::connect(&socket).map_err(io)?;
         let mut answers = stream.try_clone().map_err(io)?;
         let mut requests = BufReader::new(stream);
-        let mut line = String::new();
+        let mut line = Vec::new();
         loop {
             line.clear();
-            if requests.read_line(&mut line).map_err(io)? == 0 {
+            if requests.read_until(b'\n', &mut line).map_err(io)? == 0 {
                 return Ok(());
             }
-            let answer = match self.capacity_request(line.trim()) {
+            // `guest set` may have changed the disk since the last request.
+            self.reload()?;
+            let request = String::from_utf8_lossy(&line);
+            let answer = match self.capacity_request(request.trim()) {
                 Ok(spec) => format!(
                     "ok {}",
                     serde_json::to_string(&spec).expect("a spec serialises")
@@ -355,6 +358,15 @@ impl V2Guest {
             };
             writeln!(answers, "{answer}").map_err(io)?;
         }
+    }
+
+    /// This guest as its state file says now.
+    fn reload(&mut self) -> Result<()> {
+        let path = self.dir.join("state.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| HostError::io(&path, e))?;
+        *self = serde_json::from_str(&text)
+            .map_err(|e| HostError::malformed(&path, None, e.to_string()))?;
+        Ok(())
     }
 
     fn capacity_request(&mut self, request: &str) -> Result<RigSpec> {
@@ -504,41 +516,45 @@ impl GuestDisk {
     }
 }
 
-/// One request on the capacity port and its answer.
+/// One request on the capacity port and its answer, within
+/// [`CAPACITY_ANSWER_WITHIN`]. The port is opened non-blocking: with no one
+/// on the host's end a write would wait for ever, and a relay that goes
+/// away mid-answer shows as a hang-up, not as a read that never ends.
 fn ask(port: &Path, request: &str) -> Result<RigSpec> {
-    use std::os::fd::AsFd;
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let io = |e: std::io::Error| HostError::io(port, e);
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
         .open(port)
         .map_err(io)?;
-    writeln!(file, "{request}").map_err(io)?;
-    // A port with no one on the host's end never answers: waited for with
-    // a deadline, not a blocking read.
-    let mut answer = Vec::new();
-    let deadline = Instant::now() + CAPACITY_ANSWER_WITHIN;
-    while !answer.ends_with(b"\n") {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let timeout = rustix::event::Timespec::try_from(left).unwrap_or_default();
-        let fd = file.as_fd();
-        let mut fds = [rustix::event::PollFd::new(
-            &fd,
-            rustix::event::PollFlags::IN,
-        )];
-        let ready = rustix::event::poll(&mut fds, Some(&timeout)).map_err(|e| io(e.into()))?;
-        if ready == 0 {
-            return Err(HostError::Timeout {
-                what: format!(
-                    "an answer to `{request}` from the host's capacity relay on {}",
-                    port.display()
-                ),
-                secs: CAPACITY_ANSWER_WITHIN.as_secs(),
-            });
+    let waiting = PortWait {
+        port,
+        request,
+        deadline: Instant::now() + CAPACITY_ANSWER_WITHIN,
+    };
+    let line = format!("{request}\n");
+    let mut written = 0;
+    while written < line.len() {
+        waiting.until(&file, rustix::event::PollFlags::OUT)?;
+        match file.write(&line.as_bytes()[written..]) {
+            Ok(n) => written += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(io(e)),
         }
+    }
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"\n") {
+        waiting.until(&file, rustix::event::PollFlags::IN)?;
         let mut chunk = [0u8; 512];
-        let n = std::io::Read::read(&mut file, &mut chunk).map_err(io)?;
-        answer.extend_from_slice(&chunk[..n]);
+        match file.read(&mut chunk) {
+            Ok(0) => return Err(waiting.gone()),
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(io(e)),
+        }
     }
     let answer = String::from_utf8_lossy(&answer);
     match answer.trim().split_once(' ') {
@@ -548,5 +564,52 @@ fn ask(port: &Path, request: &str) -> Result<RigSpec> {
             what: format!("`{request}` on {}", port.display()),
             message: answer.trim().to_string(),
         }),
+    }
+}
+
+/// One request's wait on the capacity port: its deadline, and the errors
+/// that name the port and the request.
+struct PortWait<'a> {
+    port: &'a Path,
+    request: &'a str,
+    deadline: Instant,
+}
+
+impl PortWait<'_> {
+    /// Waits until the port is ready for `flags`; an error at the deadline
+    /// or when the host's end has gone (a hang-up with nothing to read).
+    fn until(&self, file: &std::fs::File, flags: rustix::event::PollFlags) -> Result<()> {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        use std::os::fd::AsFd;
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let timeout = Timespec::try_from(left).unwrap_or_default();
+        let fd = file.as_fd();
+        let mut fds = [PollFd::new(&fd, flags)];
+        let ready =
+            poll(&mut fds, Some(&timeout)).map_err(|e| HostError::io(self.port, e.into()))?;
+        let events = fds[0].revents();
+        if ready == 0 || left.is_zero() {
+            return Err(HostError::Timeout {
+                what: format!(
+                    "an answer to `{}` from the host's capacity relay on {}",
+                    self.request,
+                    self.port.display()
+                ),
+                secs: CAPACITY_ANSWER_WITHIN.as_secs(),
+            });
+        }
+        if events.intersects(PollFlags::HUP | PollFlags::ERR) && !events.contains(PollFlags::IN) {
+            return Err(self.gone());
+        }
+        Ok(())
+    }
+
+    fn gone(&self) -> HostError {
+        HostError::Command {
+            what: format!("`{}` on {}", self.request, self.port.display()),
+            message:
+                "no relay on the host's end (`iofloor guest up` starts one: `iofloor guest relay`)"
+                    .into(),
+        }
     }
 }

@@ -7,7 +7,7 @@ use crate::common::{
 use anyhow::Context;
 use clap::Args;
 use iofloor_report::render;
-use iofloor_scenario::KernelPeer;
+use iofloor_scenario::KernelRun;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -30,7 +30,8 @@ pub struct BenchArgs {
     /// reference): none, static, top-throttle, floor, and on cgroup v2 the
     /// kernel's own controllers, each tenant weighted by its floor: iocost
     /// (io.cost with the policies' model, its rate pinned to it), iocost-qos
-    /// (the same with a latency target), bfq (BFQ weights).
+    /// (the same with a latency target), bfq (BFQ weights); POLICY+KERNEL
+    /// (`floor+bfq`) runs the policy's amounts under the kernel's order.
     #[arg(long = "policy")]
     pub policies: Vec<String>,
     /// Scale every time in the scenario (0.25 runs the 10-minute noisy-4 in 2.5).
@@ -143,14 +144,19 @@ fn bench_plan(
 /// kernel controllers named runs no policy but the `none` reference.
 fn parse_bench_policies(
     names: &[String],
-) -> anyhow::Result<(Vec<KernelPeer>, Vec<iofloor_core::policy::PolicyKind>)> {
-    let (kernel, policies): (Vec<&String>, Vec<&String>) =
-        names.iter().partition(|n| KernelPeer::parse(n).is_some());
-    let kernel: Vec<KernelPeer> = kernel.iter().filter_map(|n| KernelPeer::parse(n)).collect();
+) -> anyhow::Result<(Vec<KernelRun>, Vec<iofloor_core::policy::PolicyKind>)> {
+    let mut kernel: Vec<KernelRun> = Vec::new();
+    let mut policies: Vec<String> = Vec::new();
+    for name in names {
+        match KernelRun::parse(name) {
+            Some(peer) if !kernel.contains(&peer) => kernel.push(peer),
+            Some(_) => {}
+            None => policies.push(name.clone()),
+        }
+    }
     if policies.is_empty() && !kernel.is_empty() {
         return Ok((kernel, Vec::new()));
     }
-    let policies: Vec<String> = policies.into_iter().cloned().collect();
     Ok((kernel, parse_policies(&policies)?))
 }
 
@@ -207,6 +213,12 @@ fn bench_cluster(
     opts: &iofloor_bench::BenchOptions,
     out: &std::path::Path,
 ) -> anyhow::Result<()> {
+    if let Some(run) = opts.kernel.first() {
+        return Err(bad(format!(
+            "--policy {}: the cluster bed's hosts run cgroup v1; the kernel's controllers are measured on one cgroup v2 host (`iofloor guest up`)",
+            run.label()
+        )));
+    }
     let stop = stop_flag()?;
     let agent = std::env::current_exe().context("the path of this iofloor binary")?;
     let bed_state_dir = absolute("--bed-state-dir", &args.bed_state_dir)?;

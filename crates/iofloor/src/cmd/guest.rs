@@ -98,7 +98,10 @@ pub fn guest(action: GuestAction) -> anyhow::Result<()> {
                 memory,
                 root,
             )?;
-            start_relay(&me, root)?;
+            if let Err(e) = start_relay(&me, root, &guest.dir) {
+                let _ = guest.down();
+                return Err(e.context("starting `iofloor guest relay`; the guest was taken down"));
+            }
             println!("{}", guest.dir.display());
             println!("{} /dev/vda", guest.device.as_deref().unwrap_or("?:?"));
             println!(
@@ -148,17 +151,26 @@ pub fn guest(action: GuestAction) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `guest relay` for the guest just booted, in its own session with no
-/// terminal, so it outlives this command; it ends when QEMU closes the port.
-fn start_relay(me: &std::path::Path, root: &std::path::Path) -> anyhow::Result<()> {
+/// `guest relay` for the guest just booted, in a process group of its own
+/// (a Ctrl-C to the shell that ran `guest up` does not reach it), its
+/// errors in `relay.log` in the guest's directory; it ends when QEMU closes
+/// the port.
+fn start_relay(
+    me: &std::path::Path,
+    root: &std::path::Path,
+    guest_dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
+    let log_path = guest_dir.join("relay.log");
+    let log = std::fs::File::create(&log_path).with_context(|| log_path.display().to_string())?;
     std::process::Command::new(me)
         .args(["guest", "relay", "--state-dir"])
         .arg(root)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .process_group(0)
         .spawn()?;
     Ok(())
