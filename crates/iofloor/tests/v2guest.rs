@@ -590,6 +590,20 @@ fn the_kernels_controllers_run_beside_the_policies_and_are_put_back() {
         "echo '{OPERATOR_MODEL}' > /sys/fs/cgroup/io.cost.model"
     ));
     let qos_before = g.sh("cat /sys/fs/cgroup/io.cost.qos");
+    // A bench killed (SIGKILL) while BFQ is in force leaves it so, with
+    // its journal; the next bench puts the scheduler back before it starts.
+    g.sh(
+        "iofloor bench noisy-guest --device /dev/vda --policy bfq --time-scale 0.25 \
+         --alone-secs 2 --out /tmp/killed >/tmp/killed.log 2>&1 & echo $! >/tmp/killed.pid",
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !g.sh("cat /sys/block/vda/queue/scheduler").contains("[bfq]") {
+        assert!(Instant::now() < deadline, "{}", g.sh("cat /tmp/killed.log"));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    g.sh("kill -9 $(cat /tmp/killed.pid); sleep 0.5; kill -9 $(pidof fio) 2>/dev/null || true");
+    assert!(g.sh("cat /sys/block/vda/queue/scheduler").contains("[bfq]"));
+    assert!(!g.sh("ls /run/iofloor/bench/").trim().is_empty());
     g.sh(
         "(iofloor bench cut-guest --device /dev/vda --policy iocost --policy iocost-qos \
          --policy bfq --time-scale 0.25 --alone-secs 3 --out /tmp/peers --json \
@@ -617,6 +631,11 @@ fn the_kernels_controllers_run_beside_the_policies_and_are_put_back() {
     }
     let log = g.sh("cat /tmp/peers.log");
     assert_eq!(g.sh("cat /tmp/peers.rc").trim(), "0", "{log}");
+    assert!(
+        log.contains("put back the kernel's I/O controller files a killed bench left"),
+        "{log}"
+    );
+    assert_eq!(g.sh("ls /run/iofloor/bench/").trim(), "");
     let seen: Vec<String> = seen.into_iter().collect();
     let saw = |all: &[&str]| seen.iter().any(|l| all.iter().all(|part| l.contains(part)));
     // io.cost with the scenario's model (1,000 IOPS), pinned to it and with
