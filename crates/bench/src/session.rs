@@ -71,8 +71,9 @@ pub(crate) struct Session {
     vm_paths: Vec<iofloor_testbed::rig::Rig>,
     /// Loop devices made for another host's load, detached with the session.
     other_host_devices: Vec<PathBuf>,
-    /// A device whose capacity the run changes, and the limits to put back.
-    capacity_to_restore: Option<(CapacityKnob, iofloor_testbed::rig::RigSpec)>,
+    /// A device whose capacity the run changed: its limits as found
+    /// ([`CapacityKnob::spec`]) are put back.
+    capacity_to_restore: Option<CapacityKnob>,
 }
 
 /// Sends `sig` to a process this bench started, by its PID.
@@ -155,13 +156,10 @@ impl Session {
     /// Changes the device's capacity to `factor` of what it was found
     /// with; the first change remembers what to put back.
     pub fn change_capacity(&mut self, knob: &CapacityKnob, factor: f64) -> Result<()> {
-        let original = match &self.capacity_to_restore {
-            Some((_, spec)) => *spec,
-            None => {
-                self.capacity_to_restore = Some((knob.clone(), knob.spec()));
-                knob.spec()
-            }
-        };
+        let original = self
+            .capacity_to_restore
+            .get_or_insert_with(|| knob.clone())
+            .spec();
         Ok(knob.set_limits(&original.scaled(factor))?)
     }
 
@@ -373,8 +371,8 @@ impl Session {
         self.stop_procs(all, Duration::ZERO);
         self.reap(true);
         let mut first = None;
-        if let Some((knob, spec)) = self.capacity_to_restore.take() {
-            if let Err(e) = knob.set_limits(&spec) {
+        if let Some(knob) = self.capacity_to_restore.take() {
+            if let Err(e) = knob.set_limits(&knob.spec()) {
                 first.get_or_insert(e);
             }
         }

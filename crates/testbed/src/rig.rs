@@ -499,14 +499,16 @@ pub(crate) fn read_states<T: serde::de::DeserializeOwned>(state_root: &Path) -> 
     for e in entries.flatten() {
         let state = e.path().join("state.json");
         if let Ok(text) = std::fs::read_to_string(&state) {
-            states.push(
-                serde_json::from_str(&text).map_err(|err| {
-                    HostError::malformed(&state, Some(err.line()), err.to_string())
-                })?,
-            );
+            states.push(parse_state(&state, &text)?);
         }
     }
     Ok(states)
+}
+
+/// A `state.json`'s text, read from `state`.
+pub(crate) fn parse_state<T: serde::de::DeserializeOwned>(state: &Path, text: &str) -> Result<T> {
+    serde_json::from_str(text)
+        .map_err(|err| HostError::malformed(state, Some(err.line()), err.to_string()))
 }
 
 /// Takes down each of `made`, going on past failures; the first error, or

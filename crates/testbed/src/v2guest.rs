@@ -19,7 +19,9 @@
 //! also after a crash.
 
 use crate::rig::{down_each, new_state_dir, which, RigSpec};
-use crate::rig::{is_ours, qemu_value, read_pidfile, read_states, set_group_limits, stop_process};
+use crate::rig::{
+    is_ours, parse_state, qemu_value, read_pidfile, read_states, set_group_limits, stop_process,
+};
 use iofloor_host::error::{HostError, Result};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
@@ -364,8 +366,7 @@ impl V2Guest {
     fn reload(&mut self) -> Result<()> {
         let path = self.dir.join("state.json");
         let text = std::fs::read_to_string(&path).map_err(|e| HostError::io(&path, e))?;
-        *self = serde_json::from_str(&text)
-            .map_err(|e| HostError::malformed(&path, None, e.to_string()))?;
+        *self = parse_state(&path, &text)?;
         Ok(())
     }
 
