@@ -381,9 +381,14 @@ fn run(bed: &Bed, cluster: bool) -> Outcome {
         bed.run(&["kill-etcd", "e0"]);
         // Late in the run, so the windows before it measure the cluster
         // through the takeover and the lost etcd member.
+        // The capacity the new allocator learns, for the log: what a window
+        // below the floor is to be read against.
+        let mut learned = Vec::new();
         while uptime(&h1) < started + PARTITION_AT {
-            std::thread::sleep(Duration::from_millis(100));
+            learned.push(h1.get("/api/v1/cluster").1["capacity"].as_f64());
+            std::thread::sleep(Duration::from_secs(1));
         }
+        eprintln!("learned capacity after the takeover, by second: {learned:.3?}");
         partitioned_at = Some(uptime(&h1));
         bed.run(&["partition", "h2"]);
         partition_reallocated = Some(within_20s("h2 dropped by the allocator", || {
@@ -600,9 +605,11 @@ fn a_cluster_keeps_a_floor_that_hosts_alone_cannot_and_survives_failures() {
         "hosts alone cannot see the noisy neighbour, yet the floor was met in {:.0} % of windows",
         alone.met * 100.0
     );
-    // Measured 90–100 %: after the takeover the new allocator probes past
+    // Measured 90–100 %: after the takeover the new allocator probed past
     // the capacity it took over, and a run lost up to 3 windows (83–94 % of
-    // the floor) before its learned capacity came back down (docs/cluster.md).
+    // the floor) before its learned capacity came back down; once one stayed
+    // at 1.12 (40 %), before an unserved excess past the model was given
+    // back (docs/cluster.md).
     assert!(
         cluster.met >= 0.85,
         "the cluster keeps the floor in {:.0} % of windows",
