@@ -6,8 +6,8 @@
 # for the daemon's tests promtool (prometheus) and chromium; for cluster
 # mode etcd (server and etcdctl), and protoc with the well-known protobuf
 # types, which the etcd client crate needs to build; for the libvirt
-# backend's tests libvirtd with its QEMU driver and virsh; python3 for the
-# test suite's runner.
+# backend's tests libvirtd with its QEMU driver and virsh; podman and runc
+# for the container runtime tests; python3 for the test suite's runner.
 # Needs root.
 set -euo pipefail
 missing=()
@@ -34,6 +34,10 @@ command -v protoc >/dev/null || missing+=(protobuf-compiler)
 # The libvirt backend (loaded at run time from libvirt.so.0) and its tests.
 command -v libvirtd >/dev/null || missing+=(libvirt-daemon-system libvirt-daemon-driver-qemu)
 command -v virsh >/dev/null || missing+=(libvirt-clients)
+# Containers found through their runtime's API: podman (its Docker-compatible
+# service) with runc (crun refuses this machine's hybrid cgroup layout).
+command -v podman >/dev/null || missing+=(podman)
+command -v runc >/dev/null || missing+=(runc)
 # The test suite's runner (scripts/timed-tests.py) and the analysis scripts.
 command -v python3 >/dev/null || missing+=(python3)
 if ((${#missing[@]})); then

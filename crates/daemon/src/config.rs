@@ -38,6 +38,8 @@ struct File {
     api: Option<Spanned<ApiSection>>,
     cluster: Option<Spanned<ClusterSection>>,
     libvirt: Option<Spanned<LibvirtSection>>,
+    #[serde(default, rename = "runtime")]
+    runtimes: Vec<Spanned<RuntimeEntry>>,
     #[serde(default, rename = "device")]
     devices: Vec<Spanned<DeviceEntry>>,
     #[serde(default, rename = "tenant")]
@@ -180,6 +182,17 @@ struct LibvirtSection {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RuntimeEntry {
+    name: String,
+    socket: PathBuf,
+    #[serde(default)]
+    trust_labels: bool,
+    device: Option<String>,
+    timeout: Option<DurationQ>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct DeviceEntry {
     name: Option<String>,
     path: Option<PathBuf>,
@@ -201,6 +214,9 @@ struct TenantEntry {
     disk: Option<String>,
     share: Option<Share>,
     kubernetes: Option<String>,
+    container: Option<String>,
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    runtime: Option<String>,
     device: Option<String>,
     class: Option<TenantClass>,
     floor: Option<RateQ>,
@@ -305,6 +321,29 @@ pub enum TenantSource {
     /// the cgroup root, or `auto`: whichever cgroup driver made one), a
     /// group per pod (crate::kubernetes).
     Kubernetes { kubepods: String },
+    /// Containers found through a runtime's API (crate::containers): by
+    /// name (a glob), by labels (each value a glob), or both; of one
+    /// `[[runtime]]` (its index) or any. `labelled`: the runtime's own
+    /// entry for its containers that declare a promise in labels.
+    Container {
+        runtime: Option<usize>,
+        name: Option<String>,
+        labels: std::collections::BTreeMap<String, String>,
+        labelled: bool,
+    },
+}
+
+/// A container runtime's API socket (`[[runtime]]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeConfig {
+    pub name: String,
+    pub socket: PathBuf,
+    /// Its containers' `io.iofloor.*` labels are promises iofloor keeps.
+    pub trust_labels: bool,
+    /// Index into `devices` of the device labelled containers use.
+    pub device: Option<usize>,
+    /// How long one question to the runtime may take.
+    pub timeout: Duration,
 }
 
 /// Who holds a tenant entry's floor, ceiling and weight.
@@ -341,6 +380,8 @@ impl TenantConfig {
             TenantSource::Qmp { .. } => "qmp",
             TenantSource::Libvirt { .. } => "libvirt",
             TenantSource::Kubernetes { .. } => "kubernetes",
+            TenantSource::Container { name: Some(_), .. } => "container",
+            TenantSource::Container { .. } => "labels",
         }
     }
 }
@@ -352,6 +393,7 @@ impl TenantSource {
             TenantSource::Qmp { socket, .. } => socket,
             TenantSource::Libvirt { domain, .. } => domain,
             TenantSource::Kubernetes { kubepods } => kubepods,
+            TenantSource::Container { name, .. } => name.as_deref().unwrap_or("*"),
         }
     }
 
@@ -361,6 +403,12 @@ impl TenantSource {
         match self {
             TenantSource::Libvirt { domain, disk } => glob(domain) || glob(disk),
             TenantSource::Kubernetes { .. } => true,
+            TenantSource::Container {
+                name,
+                labels,
+                labelled,
+                ..
+            } => *labelled || !labels.is_empty() || name.as_deref().is_none_or(glob),
             _ => glob(self.pattern()),
         }
     }
@@ -385,6 +433,8 @@ pub struct Config {
     pub groups: Vec<Arc<GroupSpec>>,
     /// The libvirt connection URI (`[libvirt] uri`).
     pub libvirt_uri: String,
+    /// Container runtimes asked for their containers (`[[runtime]]`).
+    pub runtimes: Vec<RuntimeConfig>,
     pub cluster: Option<ClusterConfig>,
 }
 
@@ -807,10 +857,71 @@ impl Checker<'_> {
         Ok(devices)
     }
 
+    /// The `[[runtime]]`s: a name, its API socket, and for one whose labels
+    /// are trusted the device its labelled containers use.
+    fn runtimes(
+        &self,
+        entries: Vec<Spanned<RuntimeEntry>>,
+        devices: &[DeviceConfig],
+    ) -> Result<Vec<RuntimeConfig>, ConfigError> {
+        let mut runtimes: Vec<RuntimeConfig> = Vec::new();
+        for (i, entry) in entries.into_iter().enumerate() {
+            let span = entry.span();
+            let r = entry.into_inner();
+            let bad =
+                |e: ValidationError| self.error(Some(&span), e.under(&format!("runtime[{i}]")));
+            if r.name.trim().is_empty()
+                || r.name.contains(['/', '"', '\\'])
+                || r.name.chars().any(char::is_control)
+            {
+                return Err(bad(ValidationError::new(
+                    "name",
+                    "must be non-empty, without `/`, quotes or control characters",
+                )));
+            }
+            if runtimes.iter().any(|o| o.name == r.name) {
+                return Err(bad(ValidationError::new("name", "used twice")));
+            }
+            let device = if r.trust_labels {
+                Some(
+                    device_named(
+                        r.device.as_deref(),
+                        devices,
+                        "runtime's labelled containers",
+                    )
+                    .map_err(bad)?,
+                )
+            } else if r.device.is_some() {
+                return Err(bad(ValidationError::new(
+                    "device",
+                    "is where labelled containers' promises apply: it goes with `trust_labels = true`",
+                )));
+            } else {
+                None
+            };
+            let timeout = r.timeout.map(|d| d.0).unwrap_or(Duration::from_secs(2));
+            if timeout < Duration::from_millis(10) || timeout > Duration::from_secs(30) {
+                return Err(bad(ValidationError::new(
+                    "timeout",
+                    format!("must be between 10ms and 30s, got {timeout:?}"),
+                )));
+            }
+            runtimes.push(RuntimeConfig {
+                name: r.name,
+                socket: self.resolve(&r.socket),
+                trust_labels: r.trust_labels,
+                device,
+                timeout,
+            });
+        }
+        Ok(runtimes)
+    }
+
     fn tenant(
         &self,
         mut t: TenantEntry,
         devices: &[DeviceConfig],
+        runtimes: &[RuntimeConfig],
     ) -> Result<TenantConfig, ValidationError> {
         if t.name.trim().is_empty()
             || t.name.contains(['/', '"', '\\'])
@@ -821,32 +932,14 @@ impl Checker<'_> {
                 "must be non-empty, without `/`, quotes or control characters",
             ));
         }
-        let source = self.source(&mut t)?;
+        let source = self.source(&mut t, runtimes)?;
         let class = t.class.unwrap_or(match source {
-            TenantSource::Cgroup(_) | TenantSource::Kubernetes { .. } => TenantClass::Container,
+            TenantSource::Cgroup(_)
+            | TenantSource::Kubernetes { .. }
+            | TenantSource::Container { .. } => TenantClass::Container,
             TenantSource::Qmp { .. } | TenantSource::Libvirt { .. } => TenantClass::Vm,
         });
-        let device = match &t.device {
-            Some(name) => devices
-                .iter()
-                .position(|d| &d.name == name)
-                .ok_or_else(|| {
-                    ValidationError::new("device", format!("no [[device]] named `{name}`"))
-                })?,
-            None if devices.len() == 1 => 0,
-            None if devices.is_empty() => {
-                return Err(ValidationError::new(
-                    "device",
-                    "no [[device]] is configured: add the one this tenant uses",
-                ))
-            }
-            None => {
-                return Err(ValidationError::new(
-                    "device",
-                    "is needed when there are several devices",
-                ))
-            }
-        };
+        let device = device_named(t.device.as_deref(), devices, "tenant")?;
         let weight = t.weight.unwrap_or(iofloor_core::model::DEFAULT_WEIGHT);
         let (floor, ceiling) = (t.floor.map(|f| f.0), t.ceiling.map(|c| c.0));
         iofloor_core::model::check_promise(floor, ceiling, Some(weight))?;
@@ -865,8 +958,21 @@ impl Checker<'_> {
     }
 
     /// Where a tenant entry's I/O is found: one cgroup, QEMU drive, libvirt
-    /// domain or the kubelet's pods (taken out of `t`).
-    fn source(&self, t: &mut TenantEntry) -> Result<TenantSource, ValidationError> {
+    /// domain, the kubelet's pods or a runtime's containers (taken out of `t`).
+    fn source(
+        &self,
+        t: &mut TenantEntry,
+        runtimes: &[RuntimeConfig],
+    ) -> Result<TenantSource, ValidationError> {
+        if t.container.is_some() || t.labels.is_some() {
+            return container_source(t, runtimes);
+        }
+        if t.runtime.is_some() {
+            return Err(ValidationError::new(
+                "runtime",
+                "goes with `container` or `labels` (a runtime's containers)",
+            ));
+        }
         if t.libvirt.is_none() && t.disk.is_some() {
             return Err(ValidationError::new(
                 "disk",
@@ -932,7 +1038,7 @@ impl Checker<'_> {
             _ => {
                 return Err(ValidationError::new(
                     "cgroup",
-                    "give one of `cgroup`, `qmp` with `drive`, `libvirt` or `kubernetes`",
+                    "give one of `cgroup`, `qmp` with `drive`, `libvirt`, `kubernetes`, `container` or `labels`",
                 ))
             }
         };
@@ -943,6 +1049,7 @@ impl Checker<'_> {
         &self,
         entries: Vec<Spanned<TenantEntry>>,
         devices: &[DeviceConfig],
+        runtimes: &[RuntimeConfig],
     ) -> Result<Vec<TenantConfig>, ConfigError> {
         let mut tenants: Vec<TenantConfig> = Vec::new();
         for (i, entry) in entries.into_iter().enumerate() {
@@ -959,7 +1066,7 @@ impl Checker<'_> {
             if tenants.iter().any(|o| o.name == t.name) {
                 return Err(located(ValidationError::new("name", "used twice")));
             }
-            let tenant = self.tenant(t, devices).map_err(located)?;
+            let tenant = self.tenant(t, devices, runtimes).map_err(located)?;
             // One cgroup, drive or disk is one tenant, in one group: two
             // entries naming it would give it two promises.
             if let Some(j) = tenants
@@ -1086,8 +1193,15 @@ impl Config {
             .iter()
             .map(|t| (t.get_ref().group.clone(), t.span()))
             .collect();
-        let mut tenants = check.tenants(file.tenants, &devices)?;
+        let runtime_spans: Vec<std::ops::Range<usize>> =
+            file.runtimes.iter().map(|r| r.span()).collect();
+        let runtimes = check.runtimes(file.runtimes, &devices)?;
+        let mut tenants = check.tenants(file.tenants, &devices, &runtimes)?;
         let groups = check.groups(file.groups, &named, &mut tenants)?;
+        labelled_tenants(&runtimes, &mut tenants).map_err(|(i, e)| {
+            let e = ValidationError::new("name", e).under(&format!("runtime[{i}]"));
+            check.error(runtime_spans.get(i), e)
+        })?;
         let cluster = check.cluster(file.cluster, &devices, interval)?;
         let watch_interval =
             check.watch_interval(file.watch_interval, interval, cluster.is_some())?;
@@ -1122,9 +1236,143 @@ impl Config {
             tenants,
             groups,
             libvirt_uri,
+            runtimes,
             cluster,
         })
     }
+}
+
+/// The index of the device a tenant (or a runtime's labelled containers,
+/// `what`) names, or of the only one.
+fn device_named(
+    name: Option<&str>,
+    devices: &[DeviceConfig],
+    what: &str,
+) -> Result<usize, ValidationError> {
+    match name {
+        Some(name) => devices
+            .iter()
+            .position(|d| d.name == name)
+            .ok_or_else(|| ValidationError::new("device", format!("no [[device]] named `{name}`"))),
+        None if devices.len() == 1 => Ok(0),
+        None if devices.is_empty() => Err(ValidationError::new(
+            "device",
+            format!("no [[device]] is configured: add the one this {what} uses"),
+        )),
+        None => Err(ValidationError::new(
+            "device",
+            "is needed when there are several devices",
+        )),
+    }
+}
+
+/// A tenant entry's containers: `container` (a name or glob), `labels`
+/// (each value a glob), of the `[[runtime]]` `runtime` names or of any.
+fn container_source(
+    t: &mut TenantEntry,
+    runtimes: &[RuntimeConfig],
+) -> Result<TenantSource, ValidationError> {
+    let others = [
+        ("cgroup", t.cgroup.is_some()),
+        ("qmp", t.qmp.is_some()),
+        ("libvirt", t.libvirt.is_some()),
+        ("kubernetes", t.kubernetes.is_some()),
+    ];
+    if let Some((key, _)) = others.iter().find(|(_, given)| *given) {
+        return Err(ValidationError::new(
+            *key,
+            "a tenant is found one way: `container`/`labels` or this, not both",
+        ));
+    }
+    if runtimes.is_empty() {
+        return Err(ValidationError::new(
+            "container",
+            "containers are found through a runtime: add a [[runtime]] with its socket",
+        ));
+    }
+    let runtime = match t.runtime.take() {
+        Some(name) => Some(
+            runtimes
+                .iter()
+                .position(|r| r.name == name)
+                .ok_or_else(|| {
+                    ValidationError::new("runtime", format!("no [[runtime]] named `{name}`"))
+                })?,
+        ),
+        None => None,
+    };
+    let name = t.container.take();
+    if let Some(n) = &name {
+        if n.trim().is_empty() || glob::Pattern::new(n).is_err() {
+            return Err(ValidationError::new(
+                "container",
+                format!("`{n}` is not a container name or glob"),
+            ));
+        }
+    }
+    let labels = t.labels.take().unwrap_or_default();
+    for (key, value) in &labels {
+        if key.trim().is_empty() || glob::Pattern::new(value).is_err() {
+            return Err(ValidationError::new(
+                "labels",
+                format!("`{key} = \"{value}\"` is not a label and a value (or glob)"),
+            ));
+        }
+    }
+    if name.is_none() && labels.is_empty() {
+        return Err(ValidationError::new(
+            "labels",
+            "must name at least one label (or give `container`)",
+        ));
+    }
+    Ok(TenantSource::Container {
+        runtime,
+        name,
+        labels,
+        labelled: false,
+    })
+}
+
+/// For each runtime whose labels are trusted, the entry of its containers
+/// that declare a promise in `io.iofloor.*` labels and that no tenant entry
+/// names, appended after the file's: tenants named `RUNTIME/CONTAINER`.
+/// `Err` names the runtime whose name a tenant entry already has.
+fn labelled_tenants(
+    runtimes: &[RuntimeConfig],
+    tenants: &mut Vec<TenantConfig>,
+) -> Result<(), (usize, String)> {
+    for (i, r) in runtimes.iter().enumerate() {
+        let Some(device) = r.device.filter(|_| r.trust_labels) else {
+            continue;
+        };
+        if tenants.iter().any(|t| t.name == r.name) {
+            return Err((
+                i,
+                format!(
+                    "`{}` is a tenant's name too: its labelled containers are named `{}/CONTAINER`",
+                    r.name, r.name
+                ),
+            ));
+        }
+        tenants.push(TenantConfig {
+            name: r.name.clone(),
+            source: TenantSource::Container {
+                runtime: Some(i),
+                name: None,
+                labels: Default::default(),
+                labelled: true,
+            },
+            device,
+            class: TenantClass::Container,
+            floor: None,
+            ceiling: None,
+            weight: iofloor_core::model::DEFAULT_WEIGHT,
+            latency_sensitive: false,
+            group: None,
+            share: None,
+        });
+    }
+    Ok(())
 }
 
 /// The machine's hostname, as the kernel has it.
@@ -1262,6 +1510,86 @@ weight = 200
 
     fn error_of(text: &str) -> ConfigError {
         parse(text).unwrap_err()
+    }
+
+    #[test]
+    fn runtimes_and_container_tenants_parse_and_refuse_bad_entries_at_their_line() {
+        let device = "[[device]]\nname = \"data\"\nid = \"7:0\"\nmodel = { rbps = 1e9, rseqiops = 1e3, rrandiops = 1e3, wbps = 1e9, wseqiops = 1e3, wrandiops = 1e3 }\n";
+        let runtime = "[[runtime]]\nname = \"podman\"\nsocket = \"/run/podman/podman.sock\"\ntrust_labels = true\n";
+        let with = |rest: &str| format!("{device}{runtime}\n{rest}");
+        let c = parse(&with(
+            "[[tenant]]\nname = \"db\"\ncontainer = \"db-*\"\nlabels = { tier = \"gold\" }\nruntime = \"podman\"\nfloor = \"500iops\"\n",
+        ))
+        .unwrap();
+        assert_eq!(c.runtimes[0].device, Some(0));
+        assert_eq!(c.runtimes[0].timeout, Duration::from_secs(2));
+        assert!(matches!(
+            &c.tenants[0].source,
+            TenantSource::Container { runtime: Some(0), name: Some(n), labels, labelled: false }
+                if n == "db-*" && labels["tier"] == "gold"
+        ));
+        assert_eq!(c.tenants[0].class, TenantClass::Container);
+        // The runtime's own entry for its labelled containers, after the file's.
+        assert_eq!(c.tenants[1].name, "podman");
+        assert!(matches!(
+            c.tenants[1].source,
+            TenantSource::Container { labelled: true, .. }
+        ));
+        for (rest, line, expected) in [
+            (
+                "[[tenant]]\nname = \"a\"\nruntime = \"podman\"\ncgroup = \"a\"\n",
+                10,
+                "`tenant[0].runtime` goes with `container` or `labels`",
+            ),
+            (
+                "[[tenant]]\nname = \"a\"\ncontainer = \"a\"\nruntime = \"docker\"\n",
+                10,
+                "no [[runtime]] named `docker`",
+            ),
+            (
+                "[[tenant]]\nname = \"a\"\ncontainer = \"a\"\ncgroup = \"a\"\n",
+                10,
+                "`tenant[0].cgroup` a tenant is found one way",
+            ),
+            (
+                "[[tenant]]\nname = \"a\"\ncontainer = \"[\"\n",
+                10,
+                "is not a container name or glob",
+            ),
+            (
+                "[[tenant]]\nname = \"a\"\nlabels = {}\n",
+                10,
+                "must name at least one label",
+            ),
+            (
+                "[[tenant]]\nname = \"podman\"\ncgroup = \"a\"\n",
+                5,
+                "its labelled containers are named `podman/CONTAINER`",
+            ),
+            (
+                "[[runtime]]\nname = \"podman\"\nsocket = \"/x\"\n",
+                10,
+                "`runtime[1].name` used twice",
+            ),
+            (
+                "[[runtime]]\nname = \"d\"\nsocket = \"/x\"\ndevice = \"data\"\n",
+                10,
+                "goes with `trust_labels = true`",
+            ),
+            (
+                "[[runtime]]\nname = \"d\"\nsocket = \"/x\"\ntimeout = \"1h\"\n",
+                10,
+                "between 10ms and 30s",
+            ),
+        ] {
+            let e = error_of(&with(rest));
+            assert!(e.message.contains(expected), "{rest}: {e}");
+            assert_eq!(e.line, Some(line), "{rest}: {e}");
+        }
+        let e = error_of(&format!(
+            "{device}[[tenant]]\nname = \"a\"\ncontainer = \"a\"\n"
+        ));
+        assert!(e.message.contains("add a [[runtime]]"), "{e}");
     }
 
     #[test]

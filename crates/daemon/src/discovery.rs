@@ -1,20 +1,33 @@
 //! Finding the tenants a config names: cgroup directories, QEMU monitor
-//! sockets and libvirt domains' disks, either one of them or a glob whose
-//! every match is a tenant (pods, systemd slices, VMs that come and go). Run
-//! each interval.
+//! sockets, libvirt domains' disks and a runtime's containers, either one of
+//! them or a glob whose every match is a tenant (pods, systemd slices, VMs
+//! and containers that come and go). Run each interval.
 
 use crate::config::{Config, TenantSource};
 use iofloor_host::libvirt::DomainInfo;
 use std::path::{Path, PathBuf};
 
 /// A tenant found on the host.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Found {
     /// The config's name, or `name/rest-of-the-match` for a glob.
     pub name: String,
     /// Index of the `[[tenant]]` entry.
     pub entry: usize,
     pub kind: FoundKind,
+    /// The container it is, where a runtime named it: a container
+    /// recreated (a new ID) or relabelled is found anew.
+    pub container: Option<FoundContainer>,
+}
+
+/// A container behind a found tenant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FoundContainer {
+    /// Index of its `[[runtime]]`.
+    pub runtime: usize,
+    pub id: String,
+    /// The promise its labels declare, replacing its entry's parts.
+    pub declared: Option<crate::containers::Declared>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -108,8 +121,14 @@ fn glob_matches(pattern: &str, name: &str) -> bool {
 /// All tenants of `config` present now, sorted by name. A name found twice
 /// (two entries matching the same cgroup) keeps its first entry. `domains`
 /// is what libvirt lists now (`None` when it could not be asked: no
-/// libvirt tenant is found then, and the caller keeps the ones it has).
-pub fn discover(config: &Config, cgroup_root: &Path, domains: Option<&[DomainInfo]>) -> Vec<Found> {
+/// libvirt tenant is found then, and the caller keeps the ones it has);
+/// `containers` what the runtimes that answered list.
+pub fn discover(
+    config: &Config,
+    cgroup_root: &Path,
+    domains: Option<&[DomainInfo]>,
+    containers: &[crate::containers::Listed],
+) -> Vec<Found> {
     let mut found: Vec<Found> = Vec::new();
     for (entry, t) in config.tenants.iter().enumerate() {
         let glob = t.source.is_glob();
@@ -130,6 +149,7 @@ pub fn discover(config: &Config, cgroup_root: &Path, domains: Option<&[DomainInf
                         name: name_of(&rest),
                         entry,
                         kind: FoundKind::Cgroup(rel.to_path_buf()),
+                        container: None,
                     });
                 }
             }
@@ -142,6 +162,7 @@ pub fn discover(config: &Config, cgroup_root: &Path, domains: Option<&[DomainInf
                             socket: path,
                             drive: drive.clone(),
                         },
+                        container: None,
                     });
                 }
             }
@@ -154,6 +175,24 @@ pub fn discover(config: &Config, cgroup_root: &Path, domains: Option<&[DomainInf
                         name: crate::kubernetes::names(&t.name, &c).0,
                         entry,
                         kind: FoundKind::Cgroup(c.cgroup),
+                        container: None,
+                    });
+                }
+            }
+            TenantSource::Container { .. } => {
+                for c in containers
+                    .iter()
+                    .filter(|c| crate::containers::matches(&t.source, c))
+                {
+                    found.push(Found {
+                        name: name_of(&c.info.name),
+                        entry,
+                        kind: FoundKind::Cgroup(c.info.cgroup.clone()),
+                        container: Some(FoundContainer {
+                            runtime: c.runtime,
+                            id: c.info.id.clone(),
+                            declared: c.declared.clone(),
+                        }),
                     });
                 }
             }
@@ -184,6 +223,7 @@ pub fn discover(config: &Config, cgroup_root: &Path, domains: Option<&[DomainInf
                                 uuid: d.uuid.clone(),
                                 disk: target.clone(),
                             },
+                            container: None,
                         });
                     }
                 }
@@ -192,7 +232,7 @@ pub fn discover(config: &Config, cgroup_root: &Path, domains: Option<&[DomainInf
     }
     let mut seen = std::collections::HashSet::new();
     found.retain(|f| seen.insert(f.name.clone()) && seen.insert(format!("\0{:?}", f.kind)));
-    found.sort();
+    found.sort_by(|a, b| a.name.cmp(&b.name));
     found
 }
 
@@ -229,7 +269,7 @@ mod tests {
              [[tenant]]\nname = \"vms\"\nqmp = \"{}/vm-*.qmp\"\ndrive = \"drive0\"\n",
             root.path().display()
         ));
-        let found = discover(&c, root.path(), None);
+        let found = discover(&c, root.path(), None, &[]);
         let names: Vec<&str> = found.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(
             names,
@@ -256,9 +296,68 @@ mod tests {
 
         std::fs::remove_dir(root.path().join("kubepods/burstable/pod1")).unwrap();
         assert_eq!(
-            discover(&c, root.path(), None).len(),
+            discover(&c, root.path(), None, &[]).len(),
             4,
             "a vanished cgroup is no longer found"
+        );
+    }
+
+    #[test]
+    fn containers_are_found_by_name_labels_and_their_own_labelled_promise() {
+        use crate::containers::{Declared, Listed};
+        use iofloor_host::containers::ContainerInfo;
+        let c = config(
+            "[[runtime]]\nname = \"podman\"\nsocket = \"/run/podman/podman.sock\"\ntrust_labels = true\n\
+             [[runtime]]\nname = \"docker\"\nsocket = \"/run/docker.sock\"\n\
+             [[tenant]]\nname = \"db\"\ncontainer = \"db-*\"\nfloor = \"500iops\"\n\
+             [[tenant]]\nname = \"web\"\ncontainer = \"web\"\nruntime = \"docker\"\n\
+             [[tenant]]\nname = \"pg\"\nlabels = { app = \"pg*\" }\n",
+        );
+        let listed = |runtime, id: &str, name: &str, labels: &[(&str, &str)], declared| Listed {
+            runtime,
+            info: ContainerInfo {
+                id: id.into(),
+                name: name.into(),
+                labels: labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                cgroup: format!("libpod_parent/libpod-{id}").into(),
+            },
+            declared,
+        };
+        let promise = Declared {
+            floor: Some(iofloor_core::units::Rate::Iops(300.0)),
+            ..Declared::default()
+        };
+        let containers = [
+            listed(0, "a1", "db-1", &[], None),
+            listed(0, "a2", "web", &[], None),
+            listed(1, "b1", "web", &[], None),
+            listed(1, "b2", "analytics", &[("app", "pgbouncer")], None),
+            listed(0, "a3", "cache", &[], Some(promise.clone())),
+            listed(0, "a4", "db-2", &[], Some(promise.clone())),
+        ];
+        let found = discover(&c, Path::new("/nonexistent"), None, &containers);
+        let names: Vec<(&str, &str)> = found
+            .iter()
+            .map(|f| (f.name.as_str(), f.container.as_ref().unwrap().id.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("db/db-1", "a1"),
+                ("db/db-2", "a4"),
+                ("pg/analytics", "b2"),
+                ("podman/cache", "a3"),
+                ("web", "b1"),
+            ],
+            "an entry's own match wins over the runtime's labelled entry; `runtime` chooses"
+        );
+        assert_eq!(found[1].container.as_ref().unwrap().declared, Some(promise));
+        assert_eq!(
+            found[0].kind,
+            FoundKind::Cgroup("libpod_parent/libpod-a1".into())
         );
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod config;
+pub mod containers;
 pub mod discovery;
 pub mod kubernetes;
 pub mod limits;

@@ -81,6 +81,16 @@ pub(super) fn spec_of(
         spec.ceiling = None;
         spec.weight = iofloor_core::model::DEFAULT_WEIGHT;
     }
+    if let Some(d) = found.container.as_ref().and_then(|c| c.declared.as_ref()) {
+        // The container's own labels, from a runtime the config trusts,
+        // replace the parts of its entry's promise they give.
+        spec.floor = d.floor.or(spec.floor);
+        spec.ceiling = d.ceiling.or(spec.ceiling);
+        spec.weight = d.weight.unwrap_or(spec.weight);
+        if d.group.is_some() {
+            spec.group = d.group.clone();
+        }
+    }
     if let Some(p) = patch {
         super::patch::apply_patch(&mut spec, p);
     }
@@ -459,7 +469,10 @@ impl Service {
         let Finding {
             found,
             libvirt_unknown,
-        } = self.finder.find(&self.config, &self.cgroup_root);
+            runtimes_down,
+        } = self
+            .finder
+            .find(&self.config, &self.cgroup_root, self.cgroup_v2);
         let present: std::collections::HashSet<&str> =
             found.iter().map(|f| f.name.as_str()).collect();
         // libvirt that could not be asked says nothing of its domains: its
@@ -468,7 +481,11 @@ impl Service {
             .roster
             .tenants()
             .filter(|t| {
-                let kept = libvirt_unknown && matches!(t.found.kind, FoundKind::Libvirt { .. });
+                let kept = (libvirt_unknown && matches!(t.found.kind, FoundKind::Libvirt { .. }))
+                    || t.found
+                        .container
+                        .as_ref()
+                        .is_some_and(|c| runtimes_down.contains(&c.runtime));
                 !(present.contains(t.found.name.as_str()) || kept)
             })
             .map(|t| t.found.name.clone())

@@ -1,12 +1,15 @@
 //! Finding tenants: each interval, what the config's entries match now
-//! (cgroups, QEMU monitors, libvirt domains, pods), with what could not be
-//! found or adopted said once, not every interval, and failing adoptions
-//! retried with backoff. This part owns libvirt's connection for discovery
-//! and the memory of what failed; adoption itself is the service's.
+//! (cgroups, QEMU monitors, libvirt domains, pods, containers), with what
+//! could not be found or adopted said once, not every interval, and failing
+//! adoptions retried with backoff. This part owns libvirt's connection and
+//! the container runtimes' clients for discovery and the memory of what
+//! failed; adoption itself is the service's.
 
 use super::LIBVIRT_TIMEOUT;
 use crate::config::Config;
+use crate::containers::Listed;
 use crate::discovery::{discover, Found};
+use iofloor_host::containers::RuntimeClient;
 use iofloor_host::libvirt::{DomainInfo, LibvirtBackend};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -29,6 +32,9 @@ pub(super) struct Finding {
     /// libvirt could not be asked: its domains' tenants are neither found
     /// nor gone.
     pub(super) libvirt_unknown: bool,
+    /// The `[[runtime]]`s that could not be asked: their containers'
+    /// tenants are neither found nor gone.
+    pub(super) runtimes_down: HashSet<usize>,
 }
 
 #[derive(Default)]
@@ -44,13 +50,25 @@ pub(super) struct Finder {
     /// Tenant entries naming one cgroup or monitor socket that is not
     /// there (logged once, until it appears).
     absent: HashSet<String>,
+    /// A client per `[[runtime]]`, in the config's order, and the error each
+    /// last gave (logged once per outage).
+    runtimes: Vec<RuntimeClient>,
+    runtime_errors: HashMap<String, String>,
+    /// Containers whose labels were refused, by ID, with the reason (logged
+    /// once per container and reason).
+    refused_labels: HashMap<String, String>,
+    /// Tenant names two containers claimed (logged once).
+    claimed_twice: HashSet<String>,
 }
 
 impl Finder {
-    /// What the config's entries match now under `cgroup_root`.
-    pub(super) fn find(&mut self, config: &Config, cgroup_root: &Path) -> Finding {
+    /// What the config's entries match now under `cgroup_root` (a cgroup v2
+    /// hierarchy if `v2`).
+    pub(super) fn find(&mut self, config: &Config, cgroup_root: &Path, v2: bool) -> Finding {
         let domains = self.libvirt_domains(config);
-        let found = discover(config, cgroup_root, domains.as_deref());
+        let (containers, runtimes_down) = self.containers(config, v2);
+        let found = discover(config, cgroup_root, domains.as_deref(), &containers);
+        self.note_claimed_twice(config, &containers);
         // Which config entries matched something, once for both notes.
         let mut matched = vec![false; config.tenants.len()];
         for f in &found {
@@ -63,6 +81,103 @@ impl Finder {
         Finding {
             found,
             libvirt_unknown: domains.is_none(),
+            runtimes_down,
+        }
+    }
+
+    /// What every `[[runtime]]` runs now, with the promise each trusted
+    /// runtime's container declares in its labels, and the runtimes that
+    /// could not be asked.
+    fn containers(&mut self, config: &Config, v2: bool) -> (Vec<Listed>, HashSet<usize>) {
+        let same = self.runtimes.len() == config.runtimes.len()
+            && self
+                .runtimes
+                .iter()
+                .zip(&config.runtimes)
+                .all(|(c, r)| c.socket() == r.socket && c.timeout() == r.timeout);
+        if !same {
+            self.runtimes = config
+                .runtimes
+                .iter()
+                .map(|r| RuntimeClient::new(&r.socket, r.timeout))
+                .collect();
+        }
+        let version = if v2 {
+            iofloor_host::Version::V2
+        } else {
+            iofloor_host::Version::V1
+        };
+        let mut listed = Vec::new();
+        let mut down = HashSet::new();
+        let mut seen_ids = HashSet::new();
+        for (i, (client, r)) in self.runtimes.iter_mut().zip(&config.runtimes).enumerate() {
+            match client.containers(version) {
+                Ok(containers) => {
+                    if self.runtime_errors.remove(&r.name).is_some() {
+                        info!(runtime = %r.name, "the container runtime answers again");
+                    }
+                    for info in containers {
+                        let declared = if r.trust_labels {
+                            match crate::containers::declared(&info.labels, &config.groups) {
+                                Ok(d) => d,
+                                Err(e) => {
+                                    let message = e.to_string();
+                                    if self.refused_labels.get(&info.id) != Some(&message) {
+                                        warn!(runtime = %r.name, container = %info.name, "{message}; the container is taken as unlabelled");
+                                        self.refused_labels.insert(info.id.clone(), message);
+                                    }
+                                    None
+                                }
+                            }
+                        } else {
+                            None
+                        };
+                        seen_ids.insert(info.id.clone());
+                        listed.push(Listed {
+                            runtime: i,
+                            info,
+                            declared,
+                        });
+                    }
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    if self.runtime_errors.get(&r.name) != Some(&message) {
+                        warn!(runtime = %r.name, "the container runtime cannot be asked: {message}; its containers' tenants are kept, unchanged, until it answers");
+                        self.runtime_errors.insert(r.name.clone(), message);
+                    }
+                    down.insert(i);
+                }
+            }
+        }
+        if down.is_empty() {
+            self.refused_labels.retain(|id, _| seen_ids.contains(id));
+        }
+        (listed, down)
+    }
+
+    /// Says once when two containers claim one tenant: an entry naming one
+    /// container (not a glob) that several runtimes run. The first (in the
+    /// `[[runtime]]`s' order) is the tenant.
+    fn note_claimed_twice(&mut self, config: &Config, containers: &[Listed]) {
+        for t in config.tenants.iter().filter(|t| {
+            matches!(t.source, crate::config::TenantSource::Container { .. }) && !t.source.is_glob()
+        }) {
+            let claims: Vec<&Listed> = containers
+                .iter()
+                .filter(|c| crate::containers::matches(&t.source, c))
+                .collect();
+            if claims.len() > 1 {
+                if self.claimed_twice.insert(t.name.clone()) {
+                    let who: Vec<String> = claims
+                        .iter()
+                        .map(|c| format!("{} in {}", c.info.name, config.runtimes[c.runtime].name))
+                        .collect();
+                    warn!(tenant = %t.name, "claimed by {} containers ({}): the first is the tenant; name a `runtime` to choose", claims.len(), who.join(", "));
+                }
+            } else {
+                self.claimed_twice.remove(&t.name);
+            }
         }
     }
 

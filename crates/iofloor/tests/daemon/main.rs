@@ -12,6 +12,7 @@ mod common;
 mod harness;
 mod libvirt;
 mod load;
+mod podman;
 
 use common::{real_environment, TestRig};
 use harness::{config, ApiSpec, Cgroups, Daemon};

@@ -1,0 +1,387 @@
+//! Real podman containers under `iofloor run`: fio in containers made from
+//! an image built here from the host's own fio (no registry), found through
+//! podman's Docker-compatible API by name and by their `io.iofloor.*`
+//! labels, on a rig of known capacity.
+
+use super::common::{real_environment, TestRig};
+use super::harness::{config, Daemon};
+use super::SERIAL;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The image tag of the host's fio: rebuilt when fio changes.
+fn fio_image() -> String {
+    let version = Command::new("fio").arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&version.stdout)
+        .trim()
+        .replace(['/', ' '], "-");
+    let tag = format!("localhost/iofloor-fio:{version}");
+    let exists = Command::new("podman")
+        .args(["image", "exists", &tag])
+        .status()
+        .unwrap();
+    if exists.success() {
+        return tag;
+    }
+    // fio and every library it loads, at their own paths, and nothing else.
+    let root = tempfile::tempdir().unwrap();
+    let fio = PathBuf::from("/usr/bin/fio");
+    let ldd = Command::new("ldd").arg(&fio).output().unwrap();
+    let mut files = vec![fio];
+    files.extend(
+        String::from_utf8_lossy(&ldd.stdout)
+            .split_whitespace()
+            .filter(|w| w.starts_with('/'))
+            .map(PathBuf::from),
+    );
+    for f in &files {
+        let to = root.path().join(f.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(f, &to).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    }
+    std::fs::create_dir_all(root.path().join("tmp")).unwrap();
+    let mut tar = Command::new("tar")
+        .arg("-C")
+        .arg(root.path())
+        .args(["-cf", "-", "."])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let import = Command::new("podman")
+        .args(["import", "-", &tag])
+        .stdin(tar.stdout.take().unwrap())
+        .output()
+        .unwrap();
+    assert!(tar.wait().unwrap().success(), "tar of the image's files");
+    assert!(
+        import.status.success(),
+        "podman import: {}",
+        String::from_utf8_lossy(&import.stderr)
+    );
+    tag
+}
+
+/// `podman system service` on a socket of its own, stopped (by PID) when
+/// dropped, with every container this test started.
+struct Podman {
+    dir: tempfile::TempDir,
+    service: Child,
+    prefix: String,
+    image: String,
+    /// The block device every container's fio reads.
+    device: String,
+}
+
+impl Podman {
+    fn start(image: String, device: &str) -> Podman {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("podman.sock");
+        let service = Command::new("podman")
+            .args(["system", "service", "--time=0"])
+            .arg(format!("unix://{}", socket.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while !socket.exists() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "no podman socket"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Podman {
+            dir,
+            service,
+            prefix: format!("iofloor-e2e-{}", std::process::id()),
+            image,
+            device: device.to_string(),
+        }
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("podman.sock")
+    }
+
+    fn name(&self, short: &str) -> String {
+        format!("{}-{short}", self.prefix)
+    }
+
+    /// Starts fio in a new container `short` with `labels`, reading the
+    /// rig's device directly for `secs`. runc, not crun: crun refuses this
+    /// machine's hybrid cgroup layout; the ulimits: its defaults exceed
+    /// the sandbox's hard limits.
+    fn fio(&self, short: &str, labels: &[&str], qd: u32, rate: Option<u32>, secs: u32) {
+        let mut cmd = Command::new("podman");
+        cmd.args([
+            "--runtime",
+            "runc",
+            "run",
+            "-d",
+            "--name",
+            &self.name(short),
+        ])
+        .args([
+            "--network",
+            "none",
+            "--ulimit",
+            "nofile=10000:10000",
+            "--ulimit",
+            "nproc=1000:1000",
+        ])
+        .args(["--device", &self.device]);
+        for l in labels {
+            cmd.args(["--label", l]);
+        }
+        cmd.args([
+            &self.image,
+            "/usr/bin/fio",
+            "--name=load",
+            "--direct=1",
+            "--ioengine=libaio",
+        ])
+        .arg(format!("--filename={}", self.device))
+        .args(["--rw=randread", "--bs=4k", "--time_based"])
+        .arg(format!("--iodepth={qd}"))
+        .arg(format!("--runtime={secs}"));
+        if let Some(r) = rate {
+            cmd.arg(format!("--rate_iops={r}"));
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "podman run {short}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Stops the API service (the containers run on).
+    fn service_stop(&mut self) -> std::io::Result<()> {
+        self.service.kill()?;
+        self.service.wait().map(drop)
+    }
+
+    fn remove(&self, short: &str) {
+        let _ = Command::new("podman")
+            .args(["rm", "-f", "-t", "0", &self.name(short)])
+            .output();
+    }
+
+    /// The blkio cgroup of a running container.
+    fn cgroup(&self, short: &str) -> PathBuf {
+        let out = Command::new("podman")
+            .args(["inspect", "--format", "{{.State.Pid}}", &self.name(short)])
+            .output()
+            .unwrap();
+        let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        let rel = iofloor_host::containers::io_cgroup(&text, iofloor_host::Version::V1).unwrap();
+        Path::new("/sys/fs/cgroup/blkio").join(rel)
+    }
+}
+
+impl Drop for Podman {
+    fn drop(&mut self) {
+        let listed = Command::new("podman")
+            .args(["ps", "-a", "--format", "{{.Names}}", "--filter"])
+            .arg(format!("name=^{}-", self.prefix))
+            .output();
+        if let Ok(out) = listed {
+            for name in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("podman")
+                    .args(["rm", "-f", "-t", "0", name])
+                    .output();
+            }
+        }
+        let _ = self.service.kill();
+        let _ = self.service.wait();
+    }
+}
+
+/// IOPS of a tenant per interval from `from` (daemon time).
+fn iops_since(d: &Daemon, tenant: &str, from: f64) -> Vec<f64> {
+    let (_, t) = d.get(&format!("/api/v1/tenants/{tenant}"));
+    t["history"]
+        .as_array()
+        .map(|h| {
+            h.iter()
+                .filter(|p| p["t"].as_f64().unwrap_or(0.0) > from)
+                .map(|p| p["iops"].as_f64().unwrap_or(0.0))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A block device's `MAJ:MIN`, as blk-throttle files give it.
+fn dev_numbers(device: &str) -> String {
+    let name = Path::new(device)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    std::fs::read_to_string(format!("/sys/class/block/{name}/dev"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn floor_of(v: &Value, tenant: &str) -> Value {
+    super::tenant(v, tenant)["floor"].clone()
+}
+
+/// Two containers that carry their floors in labels and a noisy one named
+/// in the config, on a 1,000-IOPS rig: each labelled container keeps its
+/// floor, one recreated mid-run (a new ID and cgroup) keeps it too, a
+/// container whose label is bad is left alone with a warning naming it,
+/// and the noisy one's limits are put back when the daemon stops.
+#[test]
+fn labelled_podman_containers_get_their_floors_and_keep_them_when_recreated() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment()
+        || !iofloor_testbed::needs::require(
+            "labelled_podman_containers",
+            &[
+                iofloor_testbed::needs::Need::Program("podman"),
+                iofloor_testbed::needs::Need::Program("runc"),
+                iofloor_testbed::needs::Need::Program("fio"),
+            ],
+        )
+    {
+        return;
+    }
+    let image = fio_image();
+    let rig = TestRig::up(1000);
+    let mut podman = Podman::start(image, &rig.device);
+    let tenants = format!(
+        r#"
+[[runtime]]
+name = "podman"
+socket = "{}"
+trust_labels = true
+
+[[tenant]]
+name = "noisy"
+container = "{}"
+"#,
+        podman.socket().display(),
+        podman.name("noisy")
+    );
+    let daemon = Daemon::start(&config(&rig.device, 1000, "unused", &tenants));
+    const SECS: u32 = 40;
+    podman.fio(
+        "db",
+        &["io.iofloor.floor=300iops", "app=pg"],
+        1,
+        Some(330),
+        SECS,
+    );
+    podman.fio("web", &["io.iofloor.floor=250iops"], 1, Some(275), SECS);
+    podman.fio("bad", &["io.iofloor.floor=0iops"], 1, Some(20), SECS);
+    podman.fio("noisy", &[], 16, None, SECS);
+    let (db, web) = (
+        format!("podman/{}", podman.name("db")),
+        format!("podman/{}", podman.name("web")),
+    );
+    let v = daemon.wait_for("the containers adopted", Duration::from_secs(20), |v| {
+        [db.as_str(), web.as_str(), "noisy"]
+            .iter()
+            .all(|n| !super::tenant(v, n).is_null())
+    });
+    assert_eq!(floor_of(&v, &db)["value"], 300.0, "{v}");
+    assert_eq!(floor_of(&v, &web)["value"], 250.0, "{v}");
+    assert!(
+        super::tenant(&v, &format!("podman/{}", podman.name("bad"))).is_null(),
+        "a container with a bad label is not a labelled tenant: {v}"
+    );
+    let log = daemon.log_text();
+    assert!(
+        log.contains(&podman.name("bad")) && log.contains("label `io.iofloor.floor=0iops`"),
+        "{log}"
+    );
+    let (_, status) = daemon.get("/api/v1/status");
+    let start = status["uptime_s"].as_f64().unwrap();
+    std::thread::sleep(Duration::from_secs(15));
+    // Recreated: the same name and labels, a new ID and cgroup.
+    let old_cgroup = podman.cgroup("db");
+    let (_, status) = daemon.get("/api/v1/status");
+    let removed_at = status["uptime_s"].as_f64().unwrap();
+    podman.remove("db");
+    podman.fio(
+        "db",
+        &["io.iofloor.floor=300iops", "app=pg"],
+        1,
+        Some(330),
+        SECS - 15,
+    );
+    let (_, status) = daemon.get("/api/v1/status");
+    let recreated_at = status["uptime_s"].as_f64().unwrap();
+    assert_ne!(podman.cgroup("db"), old_cgroup);
+    std::thread::sleep(Duration::from_secs(20));
+    let noisy_cgroup = podman.cgroup("noisy");
+    let noisy_limit =
+        std::fs::read_to_string(noisy_cgroup.join("blkio.throttle.read_iops_device")).unwrap();
+    let (_, v) = daemon.get("/api/v1/tenants");
+    assert_eq!(floor_of(&v, &db)["value"], 300.0, "{v}");
+    let path = super::tenant(&v, &db)["path"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        path.ends_with(podman.cgroup("db").file_name().unwrap().to_str().unwrap()),
+        "the new container's cgroup: {path}"
+    );
+    let met = |tenant: &str, floor: f64, from: f64, to: f64| {
+        let got: Vec<f64> = iops_since(&daemon, tenant, from)
+            .into_iter()
+            .take((to - from).max(0.0) as usize)
+            .collect();
+        let ok = got.iter().filter(|&&g| g >= 0.95 * floor).count();
+        eprintln!(
+            "  {tenant}: floor {floor} IOPS, met in {ok}/{} windows: {got:.0?}",
+            got.len()
+        );
+        (ok, got.len())
+    };
+    let (db_ok, db_n) = met(&db, 300.0, start + 5.0, removed_at - 1.0);
+    let (db2_ok, db2_n) = met(&db, 300.0, recreated_at + 4.0, recreated_at + 19.0);
+    let (web_ok, web_n) = met(&web, 250.0, start + 5.0, start + 34.0);
+    let noisy = iops_since(&daemon, "noisy", start + 5.0);
+    eprintln!("  noisy: {noisy:.0?}; its limit: {}", noisy_limit.trim());
+    assert!(
+        noisy_limit.trim().starts_with(&dev_numbers(&rig.device)),
+        "the noisy container is capped: {noisy_limit}"
+    );
+    for (what, ok, n) in [
+        ("db", db_ok, db_n),
+        ("db recreated", db2_ok, db2_n),
+        ("web", web_ok, web_n),
+    ] {
+        assert!(n >= 8, "{what}: {n} windows");
+        // Measured: every window but one or two at a start (fio's first
+        // seconds in a container) or beside a container's removal (podman's
+        // CPU on two cores).
+        assert!(ok + 2 >= n, "{what}: floor met in {ok} of {n} windows");
+    }
+    // The runtime gone: its containers' tenants stay as they are.
+    let _ = podman.service_stop();
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, v) = daemon.get("/api/v1/tenants");
+    for name in [db.as_str(), web.as_str(), "noisy"] {
+        assert!(!super::tenant(&v, name).is_null(), "{name} kept: {v}");
+    }
+    let log = daemon.log_text();
+    assert!(
+        log.contains("the container runtime cannot be asked") && log.contains("cannot connect"),
+        "{log}"
+    );
+    drop(daemon);
+    let after =
+        std::fs::read_to_string(noisy_cgroup.join("blkio.throttle.read_iops_device")).unwrap();
+    assert!(
+        !after.contains(&dev_numbers(&rig.device)),
+        "the noisy container's limit put back: {after}"
+    );
+}
