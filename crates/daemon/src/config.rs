@@ -1463,9 +1463,11 @@ weight = 200
             .replace("path = \"/dev/nvme0n1\"", "id = \"259:0\"")
             .replace("token_file", "# token_file");
         let c = Config::parse(&text, &path).unwrap();
-        assert_eq!(c.tenants.len(), 3);
+        // Its four entries and the runtime's own for labelled containers.
+        assert_eq!(c.tenants.len(), 5);
         assert_eq!(c.tenants[2].floor, Some(Rate::Cost(0.1)));
         assert!(c.tenants[0].source.is_glob());
+        assert_eq!(c.tenants[4].name, "podman");
     }
 
     /// The package's config (packaging/deb) names no device: valid, and
