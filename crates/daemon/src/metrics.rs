@@ -274,6 +274,7 @@ struct DeviceSeries {
     contended: Family<DeviceLabels, GaugeF>,
     floor_shortfall: Family<DeviceLabels, GaugeF>,
     latency_threshold: Family<DeviceLabels, GaugeF>,
+    target_in_reach: Family<DeviceLabels, GaugeF>,
     tenants: Family<DeviceLabels, GaugeF>,
 }
 
@@ -320,6 +321,11 @@ impl DeviceSeries {
             self.latency_threshold.clone(),
         );
         r.register(
+            "iofloor_device_latency_target_in_reach",
+            "1 if latency_target is at least 1.25 x the device's service time (its lowest mean latency of the last minute at 4 I/Os in flight or fewer); 0 when no cap can meet it; absent without a target",
+            self.target_in_reach.clone(),
+        );
+        r.register(
             "iofloor_tenants",
             "Tenants under control",
             self.tenants.clone(),
@@ -341,6 +347,10 @@ impl DeviceSeries {
             (
                 &self.latency_threshold,
                 state.latency_threshold_us.map(|us| us / 1e6),
+            ),
+            (
+                &self.target_in_reach,
+                state.latency_target_in_reach.map(flag),
             ),
         ] {
             set_or_remove(family, &l, value);
@@ -671,6 +681,12 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("} 0.007875\n"), "{text}");
+        assert!(
+            text.contains(
+                "iofloor_device_latency_target_in_reach{host=\"h1\",device=\"7:0\"} 0.0\n"
+            ),
+            "{text}"
+        );
         state.latency_threshold_us = None;
         m.device(&state, 3);
         let text = m.encode();

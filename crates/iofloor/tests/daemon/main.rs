@@ -13,6 +13,7 @@ mod harness;
 mod libvirt;
 mod load;
 mod podman;
+mod prometheus;
 
 use common::{real_environment, TestRig};
 use harness::{config, ApiSpec, Cgroups, Daemon};
