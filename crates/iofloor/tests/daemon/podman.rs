@@ -385,3 +385,203 @@ container = "{}"
         "the noisy container's limit put back: {after}"
     );
 }
+
+/// The daemon's own image, built by `scripts/build-image.sh` from the
+/// binary under test, run as the DaemonSet runs it (privileged, the host's
+/// network, the host's cgroups at /host/sys/fs/cgroup, /run/iofloor from the
+/// host, the config read-only at /etc/iofloor) against fio tenants in the
+/// host's cgroups on the rig: it keeps a floor, and `podman stop` (SIGTERM)
+/// puts every limit back.
+#[test]
+fn the_daemon_runs_from_its_image_as_the_daemonset_runs_it() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !real_environment()
+        || !iofloor_testbed::needs::require(
+            "the_daemon_runs_from_its_image",
+            &[
+                iofloor_testbed::needs::Need::Program("podman"),
+                iofloor_testbed::needs::Need::Program("runc"),
+                iofloor_testbed::needs::Need::Program("fio"),
+                iofloor_testbed::needs::Need::Program("objcopy"),
+            ],
+        )
+    {
+        return;
+    }
+    let tag = format!("localhost/iofloor:e2e-{}", std::process::id());
+    let build =
+        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/build-image.sh"))
+            .args(["--binary", env!("CARGO_BIN_EXE_iofloor"), "--tag", &tag])
+            .output()
+            .unwrap();
+    assert!(
+        build.status.success(),
+        "build-image.sh: {}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&build.stdout).trim(), tag);
+    let image = Image(tag.clone());
+    let rig = TestRig::up(1000);
+    let mut cg = super::harness::Cgroups::new("image", &["quiet", "noisy"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (etc, run) = (dir.path().join("etc"), dir.path().join("run"));
+    std::fs::create_dir_all(&etc).unwrap();
+    std::fs::create_dir_all(&run).unwrap();
+    let port = super::harness::free_port();
+    let devno = dev_numbers(&rig.device);
+    std::fs::write(
+        etc.join("iofloor.toml"),
+        format!(
+            r#"interval = "1s"
+state_file = "/run/iofloor/state.json"
+cgroup_root = "/host/sys/fs/cgroup/blkio"
+
+[api]
+listen = "127.0.0.1:{port}"
+
+[[device]]
+name = "rig"
+id = "{devno}"
+[device.model]
+rbps = 100e9
+rseqiops = 1000
+rrandiops = 1000
+wbps = 100e9
+wseqiops = 1000
+wrandiops = 1000
+
+[[tenant]]
+name = "quiet"
+cgroup = "{parent}/quiet"
+floor = "300 IOPS"
+[[tenant]]
+name = "noisy"
+cgroup = "{parent}/noisy"
+"#,
+            parent = cg.parent
+        ),
+    )
+    .unwrap();
+    let name = format!("iofloor-e2e-{}-daemon", std::process::id());
+    let container = Container(name.clone());
+    let started = Command::new("podman")
+        .args(["--runtime", "runc", "run", "-d", "--name", &name])
+        .args(["--privileged", "--network", "host"])
+        .args([
+            "--ulimit",
+            "nofile=10000:10000",
+            "--ulimit",
+            "nproc=1000:1000",
+        ])
+        .args(["-v", "/sys/fs/cgroup:/host/sys/fs/cgroup"])
+        .arg("-v")
+        .arg(format!("{}:/run/iofloor", run.display()))
+        .arg("-v")
+        .arg(format!("{}:/etc/iofloor:ro", etc.display()))
+        .arg(&tag)
+        .output()
+        .unwrap();
+    assert!(
+        started.status.success(),
+        "podman run: {}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let api = |path: &str| -> Value {
+        let url = format!("http://127.0.0.1:{port}{path}");
+        match super::harness::agent().get(&url).call() {
+            Ok(mut r) => r.body_mut().read_json().unwrap_or(Value::Null),
+            Err(_) => Value::Null,
+        }
+    };
+    let waited = Instant::now();
+    while api("/api/v1/tenants")["tenants"]
+        .as_array()
+        .is_none_or(|t| t.len() < 2)
+    {
+        let logs = Command::new("podman")
+            .args(["logs", &name])
+            .output()
+            .unwrap();
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "the daemon in its image adopts both tenants: {}",
+            String::from_utf8_lossy(&logs.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let start = api("/api/v1/status")["uptime_s"].as_f64().unwrap();
+    cg.fio(
+        "quiet",
+        &rig.device,
+        "randread",
+        "4k",
+        1,
+        Some(&format!("{}", 330 * 4096)),
+        25,
+    );
+    cg.fio("noisy", &rig.device, "randread", "4k", 16, None, 25);
+    cg.wait_fio_within(Duration::from_secs(60));
+    let limit_file = Path::new("/sys/fs/cgroup/blkio")
+        .join(&cg.parent)
+        .join("noisy/blkio.throttle.read_iops_device");
+    let quiet: Vec<f64> = api("/api/v1/tenants/quiet")["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            let t = p["t"].as_f64().unwrap_or(0.0);
+            t > start + 5.0 && t < start + 24.0
+        })
+        .map(|p| p["iops"].as_f64().unwrap_or(0.0))
+        .collect();
+    let met = quiet.iter().filter(|&&q| q >= 0.95 * 300.0).count();
+    eprintln!("  quiet (floor 300 IOPS) under the daemon in its image: met in {met}/{} windows: {quiet:.0?}", quiet.len());
+    assert!(quiet.len() >= 10 && met + 2 >= quiet.len(), "{quiet:?}");
+    let stop = Command::new("podman")
+        .args(["stop", "-t", "10", &name])
+        .output()
+        .unwrap();
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    let exit = Command::new("podman")
+        .args(["inspect", "--format", "{{.State.ExitCode}}", &name])
+        .output()
+        .unwrap();
+    let logs = Command::new("podman")
+        .args(["logs", &name])
+        .output()
+        .unwrap();
+    let logs = String::from_utf8_lossy(&logs.stderr).to_string();
+    assert_eq!(String::from_utf8_lossy(&exit.stdout).trim(), "0", "{logs}");
+    assert!(
+        logs.contains("every limit iofloor set was restored"),
+        "{logs}"
+    );
+    let after = std::fs::read_to_string(&limit_file).unwrap();
+    assert!(!after.contains(&devno), "the noisy limit put back: {after}");
+    drop(container);
+    drop(image);
+}
+
+/// A container removed (by name) when dropped.
+struct Container(String);
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = Command::new("podman")
+            .args(["rm", "-f", "-t", "0", &self.0])
+            .output();
+    }
+}
+
+/// An image removed (by tag) when dropped.
+struct Image(String);
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = Command::new("podman").args(["rmi", "-f", &self.0]).output();
+    }
+}
