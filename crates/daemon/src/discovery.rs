@@ -196,43 +196,61 @@ pub fn discover(
                     });
                 }
             }
-            TenantSource::Libvirt { domain, disk } => {
-                let by_uuid = is_uuid(domain);
-                let domain_glob = !by_uuid && domain.contains(['*', '?', '[']);
-                let disk_glob = disk.contains(['*', '?', '[']);
-                for d in domains.unwrap_or_default() {
-                    let hit = if by_uuid {
-                        d.uuid.eq_ignore_ascii_case(domain)
-                    } else {
-                        glob_matches(domain, &d.name)
-                    };
-                    if !hit {
-                        continue;
-                    }
-                    for target in d.disks.iter().filter(|t| glob_matches(disk, t)) {
-                        let name = match (domain_glob, disk_glob) {
-                            (true, _) => format!("{}/{}/{target}", t.name, d.name),
-                            (false, true) => format!("{}/{target}", t.name),
-                            (false, false) => t.name.clone(),
-                        };
-                        found.push(Found {
-                            name,
-                            entry,
-                            kind: FoundKind::Libvirt {
-                                domain: d.name.clone(),
-                                uuid: d.uuid.clone(),
-                                disk: target.clone(),
-                            },
-                            container: None,
-                        });
-                    }
-                }
-            }
+            TenantSource::Libvirt { domain, disk } => found.extend(libvirt_disks(
+                &t.name,
+                entry,
+                domain,
+                disk,
+                domains.unwrap_or_default(),
+            )),
         }
     }
     let mut seen = std::collections::HashSet::new();
     found.retain(|f| seen.insert(f.name.clone()) && seen.insert(format!("\0{:?}", f.kind)));
     found.sort_by(|a, b| a.name.cmp(&b.name));
+    found
+}
+
+/// The disks of the libvirt `domains` that a `libvirt` entry named `name`
+/// (its `domain` a name, glob or UUID, its `disk` a target or glob) means.
+fn libvirt_disks(
+    name: &str,
+    entry: usize,
+    domain: &str,
+    disk: &str,
+    domains: &[DomainInfo],
+) -> Vec<Found> {
+    let by_uuid = is_uuid(domain);
+    let domain_glob = !by_uuid && domain.contains(['*', '?', '[']);
+    let disk_glob = disk.contains(['*', '?', '[']);
+    let mut found = Vec::new();
+    for d in domains {
+        let hit = if by_uuid {
+            d.uuid.eq_ignore_ascii_case(domain)
+        } else {
+            glob_matches(domain, &d.name)
+        };
+        if !hit {
+            continue;
+        }
+        for target in d.disks.iter().filter(|t| glob_matches(disk, t)) {
+            let name = match (domain_glob, disk_glob) {
+                (true, _) => format!("{name}/{}/{target}", d.name),
+                (false, true) => format!("{name}/{target}"),
+                (false, false) => name.to_string(),
+            };
+            found.push(Found {
+                name,
+                entry,
+                kind: FoundKind::Libvirt {
+                    domain: d.name.clone(),
+                    uuid: d.uuid.clone(),
+                    disk: target.clone(),
+                },
+                container: None,
+            });
+        }
+    }
     found
 }
 
