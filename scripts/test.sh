@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 # The soak's length: enough for restarts after crashes and a clean stop to
 # be checked (its memory is judged only on runs of 10 minutes and more).
-SOAK=90s
+SOAK=60s
 
 suite_started=$SECONDS
 step_times=()

@@ -388,9 +388,12 @@ pub struct CapacityLoop {
     probe_wait: u32,
     /// Intervals since a tenant did I/O that did none the interval before.
     since_arrival: u32,
-    /// What the last interval's overload changed, undone if it turns out
-    /// to have been a departure.
+    /// What the last interval's overload (or excess given back) changed,
+    /// undone if it turns out to have been a departure.
     undo: Option<BeforeOverload>,
+    /// The last interval gave back an excess past the model
+    /// ([`Self::give_back_excess`]): undone like an overload at a departure.
+    gave_back: bool,
     /// Growth per interval past the model (see [`LEARN_STEP_MAX`]).
     learn_step: f64,
     /// The estimate grew past the model in the last interval: the device
@@ -438,6 +441,7 @@ impl CapacityLoop {
             probe_wait: PROBE_WAIT_FIRST,
             since_arrival: u32::MAX,
             undo: None,
+            gave_back: false,
             learn_step: PROBE_STEP,
             learning: false,
             grew_past_model: false,
@@ -977,9 +981,10 @@ impl CapacityLoop {
     /// mid-interval: each end cut the estimate to the floors' need, where
     /// it stayed through the next burst; work conservation 0.87).
     fn undo_departure(&mut self, obs: &Observation) {
+        let gave_back = std::mem::take(&mut self.gave_back);
         if let Some(before) = self.undo.take() {
             let proven = self.short_served.len() >= PROOF_INTERVALS;
-            if obs.departed && self.verdict == Verdict::Overloaded && !proven {
+            if obs.departed && (self.verdict == Verdict::Overloaded || gave_back) && !proven {
                 self.estimate = before.estimate;
                 self.last_overload = before.last_overload;
                 self.probe_wait = before.probe_wait;
@@ -1034,21 +1039,25 @@ impl CapacityLoop {
                 || obs.avg_queue.is_none_or(|q| q > UNLOADED_QUEUE))
     }
 
-    /// Whether the estimate stands past the model on no evidence: a floor
-    /// the device held short (no cap of ours), settled (no arrival or
-    /// departure this interval or the last), while the device served less
-    /// than was handed out. Then what it serves is what it can, whatever
-    /// the latency says: measured against a baseline seen at a full
-    /// device, a FIFO path's latency stays "near" while a protected tenant
-    /// waits behind the others (the cluster bed after a takeover: learned
-    /// 1.12 of a model the device serves at 1.0, the quiet tenant at
-    /// 650-730 IOPS of its floor of 1,000 for 18 windows).
+    /// Whether the estimate stands past the model on no evidence: the
+    /// device busy (serving at least what the model says it can) yet short
+    /// of what was handed out, with a floor it held short (no cap of ours),
+    /// and no tenant arriving (this interval or the last) or gone. Then what
+    /// it serves is what it can, whatever the latency says: measured against
+    /// a baseline seen at a full device, a FIFO path's latency stays "near"
+    /// while a protected tenant waits behind the others (the cluster bed
+    /// after a takeover: learned 1.12 of a model the device serves at 1.0,
+    /// the quiet tenant at 650-730 IOPS of its floor of 1,000 for 18
+    /// windows). A lull (tenants asking less than their floors) serves less
+    /// than the model and is no evidence; a tenant that stops within the
+    /// interval is undone at the next, as an overload is.
     fn excess_unserved(&self, served: f64, obs: &Observation) -> bool {
         self.estimate > self.model
             && obs.floor_short_by_device
             && !obs.early
             && !obs.departed
             && self.since_arrival > ARRIVAL_INTERVALS
+            && served >= PROBE_USED * self.model
             && served < PROBE_USED * self.estimate
     }
 
@@ -1057,6 +1066,12 @@ impl CapacityLoop {
     /// regained at once); learning past it waits, as after a step past the
     /// model it did not serve.
     fn give_back_excess(&mut self, served: f64, obs: &Observation, high: f64) {
+        self.undo = Some(BeforeOverload {
+            estimate: self.estimate,
+            last_overload: self.last_overload,
+            probe_wait: self.probe_wait,
+        });
+        self.gave_back = true;
         let delivered = served / share_handed_out(obs);
         self.estimate = delivered
             .max(self.model)
@@ -1340,6 +1355,29 @@ mod tests {
         assert_eq!(c.estimate(), 1.5, "nor the interval after, its queue");
         c.update(&need);
         assert!((c.estimate() - 1.3).abs() < 1e-9, "{}", c.estimate());
+        // A lull (tenants asking less than their floors: short, uncapped,
+        // the device serving less than the model) keeps what was learned.
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        c.update(&obs(1_000.0, 1.0, false, true));
+        c.resume(1.5);
+        c.update(&Observation {
+            served: 0.4,
+            ..short
+        });
+        assert_eq!(c.estimate(), 1.5, "a lull is no evidence");
+        // A tenant that stopped within the interval: given back, then
+        // undone when the next interval shows it gone.
+        c.update(&short);
+        assert!((c.estimate() - 1.0).abs() < 1e-9, "{}", c.estimate());
+        c.update(&Observation {
+            departed: true,
+            served: 0.5,
+            floor_short_by_device: false,
+            floor_short: false,
+            held_by_device: false,
+            ..short
+        });
+        assert_eq!(c.estimate(), 1.5, "a departure is undone");
     }
 
     #[test]

@@ -102,15 +102,6 @@ pub fn declared(
             problem: e.message,
         }
     })?;
-    if let (Some(f), Some(c)) = (d.floor, d.ceiling) {
-        if f.unit() == c.unit() && c.value() < f.value() {
-            return Err(LabelError {
-                label: LABEL_CEILING.into(),
-                value: labels[LABEL_CEILING].clone(),
-                problem: format!("below the floor {f}"),
-            });
-        }
-    }
     Ok(any.then_some(d))
 }
 

@@ -68,15 +68,16 @@ pub enum RuntimeError {
     },
 }
 
-/// One runtime's API socket, with the cgroups of the containers it has
-/// seen (a container's cgroup does not change while it runs, so each is
-/// inspected once per start).
+/// One runtime's API socket, with the first process of each container it
+/// has seen (inspected once per start; its cgroup is read again at every
+/// look, so a process gone or a PID reused is noticed).
 #[derive(Debug)]
 pub struct RuntimeClient {
     socket: PathBuf,
+    /// For one whole look: the listing and every inspect it needs.
     timeout: Duration,
-    /// By container ID: its first process and that process's cgroup.
-    known: HashMap<String, (u32, PathBuf)>,
+    /// By container ID: its first process.
+    known: HashMap<String, u32>,
 }
 
 #[derive(Deserialize)]
@@ -126,8 +127,9 @@ impl RuntimeClient {
         &mut self,
         version: crate::Version,
     ) -> Result<Vec<ContainerInfo>, RuntimeError> {
+        let deadline = Instant::now() + self.timeout;
         let request = format!("/{API_VERSION}/containers/json");
-        let listed: Vec<Listed> = self.get_json(&request)?;
+        let listed: Vec<Listed> = self.get_json(&request, deadline)?;
         let mut out = Vec::with_capacity(listed.len());
         for c in listed {
             let Some(name) = c
@@ -137,7 +139,7 @@ impl RuntimeClient {
             else {
                 continue;
             };
-            if let Some(cgroup) = self.cgroup_of(&c.id, version)? {
+            if let Some(cgroup) = self.cgroup_of(&c.id, version, deadline)? {
                 out.push(ContainerInfo {
                     id: c.id,
                     name,
@@ -151,18 +153,22 @@ impl RuntimeClient {
         Ok(out)
     }
 
-    /// A container's cgroup: remembered while its first process lives,
-    /// else inspected. `None`: it has no process (stopped since listed) or
-    /// its process is gone.
+    /// A container's cgroup, read from its first process (inspected when
+    /// not known). `None`: it has no process (stopped since listed), its
+    /// process is gone, or its cgroup is not in this host's view (another
+    /// cgroup namespace: iofloor in a container without the host's PIDs).
     fn cgroup_of(
         &mut self,
         id: &str,
         version: crate::Version,
+        deadline: Instant,
     ) -> Result<Option<PathBuf>, RuntimeError> {
-        if let Some((pid, cgroup)) = self.known.get(id) {
-            if Path::new(&format!("/proc/{pid}")).exists() {
-                return Ok(Some(cgroup.clone()));
-            }
+        if let Some(cgroup) = self
+            .known
+            .get(id)
+            .and_then(|pid| process_cgroup(*pid, version))
+        {
+            return Ok(Some(cgroup));
         }
         if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
             return Err(self.garbage(
@@ -170,40 +176,38 @@ impl RuntimeClient {
                 format!("container ID `{id}` is not an ID"),
             ));
         }
-        let inspected: Inspected =
-            match self.get_json(&format!("/{API_VERSION}/containers/{id}/json")) {
-                Ok(i) => i,
-                // Removed since it was listed.
-                Err(RuntimeError::Garbage { problem, .. }) if problem.starts_with("HTTP 404") => {
-                    return Ok(None)
-                }
-                Err(e) => return Err(e),
-            };
-        let Ok(pid) = u32::try_from(inspected.state.pid) else {
-            return Ok(None);
+        let request = format!("/{API_VERSION}/containers/{id}/json");
+        let inspected: Inspected = match self.get_json(&request, deadline) {
+            Ok(i) => i,
+            // Removed since it was listed.
+            Err(RuntimeError::Garbage { problem, .. }) if problem.starts_with("HTTP 404") => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
         };
+        let pid = u32::try_from(inspected.state.pid).unwrap_or(0);
         if pid == 0 {
             return Ok(None);
         }
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
-            return Ok(None);
-        };
-        let Some(cgroup) = io_cgroup(&text, version) else {
-            return Ok(None);
-        };
-        self.known.insert(id.to_string(), (pid, cgroup.clone()));
-        Ok(Some(cgroup))
+        let cgroup = process_cgroup(pid, version);
+        if cgroup.is_some() {
+            self.known.insert(id.to_string(), pid);
+        }
+        Ok(cgroup)
     }
 
-    fn get_json<T: serde::de::DeserializeOwned>(&self, request: &str) -> Result<T, RuntimeError> {
-        let body = self.get(request)?;
+    fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        request: &str,
+        deadline: Instant,
+    ) -> Result<T, RuntimeError> {
+        let body = self.get(request, deadline)?;
         serde_json::from_slice(&body)
             .map_err(|e| self.garbage(request, format!("not the API's JSON: {e}")))
     }
 
-    /// The body of `GET request`, within the timeout for the whole exchange.
-    fn get(&self, request: &str) -> Result<Vec<u8>, RuntimeError> {
-        let started = Instant::now();
+    /// The body of `GET request`, by `deadline` (the look's).
+    fn get(&self, request: &str, deadline: Instant) -> Result<Vec<u8>, RuntimeError> {
         let io = |source: std::io::Error| {
             if matches!(
                 source.kind(),
@@ -222,23 +226,23 @@ impl RuntimeClient {
                 }
             }
         };
+        let left = || match deadline.saturating_duration_since(Instant::now()) {
+            left if left.is_zero() => Err(io(std::io::ErrorKind::TimedOut.into())),
+            left => Ok(left),
+        };
         let mut stream =
             UnixStream::connect(&self.socket).map_err(|source| RuntimeError::Connect {
                 socket: self.socket.clone(),
                 source,
             })?;
-        stream.set_write_timeout(Some(self.timeout)).map_err(io)?;
-        stream
-            .write_all(format!("GET {request} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-            .map_err(io)?;
+        stream.set_write_timeout(Some(left()?)).map_err(io)?;
+        let head =
+            format!("GET {request} HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        stream.write_all(head.as_bytes()).map_err(io)?;
         let mut answer = Vec::new();
         let mut chunk = [0u8; 64 * 1024];
         loop {
-            let left = self.timeout.saturating_sub(started.elapsed());
-            if left.is_zero() {
-                return Err(io(std::io::ErrorKind::TimedOut.into()));
-            }
-            stream.set_read_timeout(Some(left)).map_err(io)?;
+            stream.set_read_timeout(Some(left()?)).map_err(io)?;
             let n = stream.read(&mut chunk).map_err(io)?;
             if n == 0 {
                 break;
@@ -306,6 +310,13 @@ fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
         out.extend_from_slice(data);
         body = rest.get(len..)?.strip_prefix(b"\r\n")?;
     }
+}
+
+/// The I/O controller's cgroup of process `pid`, if it runs and its cgroup
+/// is in this host's view.
+fn process_cgroup(pid: u32, version: crate::Version) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    io_cgroup(&text, version)
 }
 
 /// The cgroup of the I/O controller in a `/proc/PID/cgroup` text: v1's

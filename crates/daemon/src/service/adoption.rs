@@ -83,12 +83,24 @@ pub(super) fn spec_of(
     }
     if let Some(d) = found.container.as_ref().and_then(|c| c.declared.as_ref()) {
         // The container's own labels, from a runtime the config trusts,
-        // replace the parts of its entry's promise they give.
-        spec.floor = d.floor.or(spec.floor);
-        spec.ceiling = d.ceiling.or(spec.ceiling);
-        spec.weight = d.weight.unwrap_or(spec.weight);
+        // replace the parts of its entry's promise they give; a mix that
+        // does not hold (a label's floor above the entry's ceiling) keeps
+        // the entry's whole.
+        let mut labelled = spec.clone();
+        labelled.floor = d.floor.or(spec.floor);
+        labelled.ceiling = d.ceiling.or(spec.ceiling);
+        labelled.weight = d.weight.unwrap_or(spec.weight);
         if d.group.is_some() {
-            spec.group = d.group.clone();
+            labelled.group = d.group.clone();
+        }
+        match labelled.check_promise() {
+            Ok(()) => spec = labelled,
+            Err(e) => warn!(
+                tenant = %found.name,
+                "its labels with its entry's promise: `{}` {}; the entry's promise is kept",
+                e.key,
+                e.message
+            ),
         }
     }
     if let Some(p) = patch {

@@ -54,6 +54,13 @@ pub(super) struct Finder {
     /// last gave (logged once per outage).
     runtimes: Vec<RuntimeClient>,
     runtime_errors: HashMap<String, String>,
+    /// A runtime that failed is asked again after 1, 2, 4 … up to
+    /// [`MAX_RETRY_INTERVALS`] looks: one that accepts and never answers
+    /// would otherwise cost its whole timeout in every interval. By name:
+    /// failures so far and the look it is due at.
+    runtime_backoff: HashMap<String, (u32, u64)>,
+    /// Looks so far.
+    looks: u64,
     /// Containers whose labels were refused, by ID, with the reason (logged
     /// once per container and reason).
     refused_labels: HashMap<String, String>,
@@ -110,9 +117,19 @@ impl Finder {
         let mut listed = Vec::new();
         let mut down = HashSet::new();
         let mut seen_ids = HashSet::new();
+        self.looks += 1;
         for (i, (client, r)) in self.runtimes.iter_mut().zip(&config.runtimes).enumerate() {
+            if self
+                .runtime_backoff
+                .get(&r.name)
+                .is_some_and(|(_, due)| self.looks < *due)
+            {
+                down.insert(i);
+                continue;
+            }
             match client.containers(version) {
                 Ok(containers) => {
+                    self.runtime_backoff.remove(&r.name);
                     if self.runtime_errors.remove(&r.name).is_some() {
                         info!(runtime = %r.name, "the container runtime answers again");
                     }
@@ -143,9 +160,15 @@ impl Finder {
                 Err(e) => {
                     let message = e.to_string();
                     if self.runtime_errors.get(&r.name) != Some(&message) {
-                        warn!(runtime = %r.name, "the container runtime cannot be asked: {message}; its containers' tenants are kept, unchanged, until it answers");
+                        warn!(runtime = %r.name, "the container runtime cannot be asked: {message}; its containers' tenants are kept, unchanged, until it answers (asked again with backoff, at least every {MAX_RETRY_INTERVALS} intervals)");
                         self.runtime_errors.insert(r.name.clone(), message);
                     }
+                    let failures = self.runtime_backoff.get(&r.name).map_or(0, |(f, _)| *f) + 1;
+                    let wait = 1u64 << (failures - 1).min(MAX_RETRY_INTERVALS.ilog2());
+                    self.runtime_backoff.insert(
+                        r.name.clone(),
+                        (failures, self.looks + wait.min(MAX_RETRY_INTERVALS)),
+                    );
                     down.insert(i);
                 }
             }

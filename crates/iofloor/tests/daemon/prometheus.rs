@@ -112,6 +112,12 @@ impl Drop for Prometheus {
     }
 }
 
+/// A tenant's floor's value as the daemon's API shows it (0 without one).
+fn tenant_floor(daemon: &Daemon, name: &str) -> f64 {
+    let (_, t) = daemon.get(&format!("/api/v1/tenants/{name}"));
+    t["floor"]["value"].as_f64().unwrap_or(0.0)
+}
+
 /// A query string for a URL (RFC 3986 unreserved characters kept).
 fn url_encode(text: &str) -> String {
     text.bytes()
@@ -280,10 +286,36 @@ cgroup = "{{parent}}/noisy"
     std::thread::sleep(Duration::from_secs(2));
     daemon.rewrite_config(&text("300 IOPS"));
     daemon.signal("HUP");
+    // The alert follows the series Prometheus scrapes: polled from once the
+    // daemon says the floors fit again.
+    let waited = Instant::now();
+    loop {
+        let (_, status) = daemon.get("/api/v1/status");
+        if status["devices"][0]["floors_feasible"] == true && tenant_floor(&daemon, "db") == 300.0 {
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "the floors fit again: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let cleared = prom.wait_until(
         "IofloorFloorsInfeasible cleared",
         Duration::from_secs(30),
         |p| (!p.firing().iter().any(|a| a == "IofloorFloorsInfeasible")).then(|| started.elapsed()),
+    );
+    // Cleared by the floors put back, not by the load's end.
+    assert!(
+        cleared < Duration::from_secs(SECS as u64 - 5),
+        "cleared only at {cleared:?}, as the load ended"
+    );
+    let refused = prom.query(r#"iofloor_config_reloads_total{result="refused"}"#);
+    assert!(
+        refused
+            .iter()
+            .any(|r| r["value"][1].as_str().is_some_and(|v| v != "0")),
+        "the bad config was refused: {refused:?}"
     );
     eprintln!(
         "IofloorFloorsInfeasible (its `for` cut to 3 s): floors raised {:.1} s into the load, fired at {:.1} s, floors put back and cleared at {:.1} s",
@@ -313,12 +345,21 @@ cgroup = "{{parent}}/noisy"
             .replace("$tenant", ".*")
             .replace("$__rate_interval", "10s")
             .replace("$__range", "5m");
-        let result = prom.query(&filled);
+        // A series the last scrapes brought (a reload's count) may need
+        // one more scrape and evaluation to show.
+        let mut result = prom.query(&filled);
+        for _ in 0..10 {
+            if !result.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            result = prom.query(&filled);
+        }
         eprintln!("  {} series: {q}", result.len());
         if result.is_empty() && !needs_latency_backend.iter().any(|m| q.contains(m)) {
             empty.push(q.clone());
         }
     }
     assert!(empty.is_empty(), "panels without data: {empty:#?}");
-    cg.wait_fio_within(Duration::from_secs(SECS as u64 + 30));
+    // The load's rest is not needed: its fio ends with `cg`.
 }
