@@ -19,11 +19,16 @@ bin=$PWD/target/release/iofloor
 work=$(mktemp -d /tmp/iofloor-containers.XXXXXX)
 prefix="iofloor-demo-$$"
 svc="" daemon="" dev=""
+# podman's cgroupfs driver leaves libpod_parent (and its conmon) in every
+# hierarchy after its last container: removed where this run made them.
+libpod_made=()
+for h in /sys/fs/cgroup/*/; do [[ -d ${h}libpod_parent ]] || libpod_made+=("${h}libpod_parent"); done
 cleanup() {
   set +e
   [[ -n $daemon ]] && kill -TERM "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
   for c in db web noisy; do podman rm -f -t 0 "$prefix-$c" >/dev/null 2>&1; done
   [[ -n $svc ]] && kill "$svc" 2>/dev/null && wait "$svc" 2>/dev/null
+  for p in "${libpod_made[@]}"; do rmdir "$p/conmon" "$p" 2>/dev/null; done
   [[ -n $dev ]] && "$bin" rig down >/dev/null 2>&1
   rm -rf "$work"
 }

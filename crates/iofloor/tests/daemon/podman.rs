@@ -66,6 +66,8 @@ fn fio_image() -> String {
 /// `podman system service` on a socket of its own, stopped (by PID) when
 /// dropped, with every container this test started.
 struct Podman {
+    /// Dropped after the containers are removed (fields drop after `drop`).
+    _libpod: LibpodCgroups,
     dir: tempfile::TempDir,
     service: Child,
     prefix: String,
@@ -76,6 +78,7 @@ struct Podman {
 
 impl Podman {
     fn start(image: String, device: &str) -> Podman {
+        let libpod = LibpodCgroups::record();
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("podman.sock");
         let service = Command::new("podman")
@@ -87,6 +90,7 @@ impl Podman {
             .unwrap();
         // The guard first: a failed wait below still stops the service.
         let podman = Podman {
+            _libpod: libpod,
             dir,
             service,
             prefix: format!("iofloor-e2e-{}", std::process::id()),
@@ -412,6 +416,7 @@ fn the_daemon_runs_from_its_image_as_the_daemonset_runs_it() {
     {
         return;
     }
+    let _libpod = LibpodCgroups::record();
     let tag = format!("localhost/iofloor:e2e-{}", std::process::id());
     // The guard first: a failed check below still removes the image.
     let image = Image(tag.clone());
@@ -570,6 +575,35 @@ cgroup = "{parent}/noisy"
     assert!(!after.contains(&devno), "the noisy limit put back: {after}");
     drop(container);
     drop(image);
+}
+
+/// podman's cgroupfs driver makes `libpod_parent` (and its `conmon`) in
+/// every hierarchy and leaves them when its last container goes: removed
+/// when dropped where they were not there before (rmdir: only if empty, so
+/// a container someone else runs keeps its parent).
+struct LibpodCgroups(Vec<PathBuf>);
+
+impl LibpodCgroups {
+    fn record() -> LibpodCgroups {
+        let made_here = std::fs::read_dir("/sys/fs/cgroup")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.path().join("libpod_parent"))
+                    .filter(|p| !p.exists())
+                    .collect()
+            })
+            .unwrap_or_default();
+        LibpodCgroups(made_here)
+    }
+}
+
+impl Drop for LibpodCgroups {
+    fn drop(&mut self) {
+        for parent in &self.0 {
+            let _ = std::fs::remove_dir(parent.join("conmon"));
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
 }
 
 /// A container removed (by name) when dropped.
