@@ -35,9 +35,11 @@ command -v protoc >/dev/null || missing+=(protobuf-compiler)
 command -v libvirtd >/dev/null || missing+=(libvirt-daemon-system libvirt-daemon-driver-qemu)
 command -v virsh >/dev/null || missing+=(libvirt-clients)
 # Containers found through their runtime's API: podman (its Docker-compatible
-# service) with runc (crun refuses this machine's hybrid cgroup layout).
+# service) with runc (crun refuses this machine's hybrid cgroup layout), and
+# catatonit, the init of the pause image `podman kube play` builds for a pod.
 command -v podman >/dev/null || missing+=(podman)
 command -v runc >/dev/null || missing+=(runc)
+[[ -x /usr/libexec/podman/catatonit || -x /usr/bin/catatonit ]] || missing+=(catatonit)
 # The test suite's runner (scripts/timed-tests.py) and the analysis scripts.
 command -v python3 >/dev/null || missing+=(python3)
 if ((${#missing[@]})); then

@@ -1,8 +1,12 @@
 //! Containers named the way their operators name them: by name, by label,
-//! or by the promise they carry in their own `io.iofloor.*` labels (from a
-//! runtime whose labels the config trusts). What a runtime lists is read in
-//! `iofloor_host::containers`; this part decides which containers an entry
-//! means and what their labels promise, and says why a label is refused.
+//! or by the promise they carry in their own `io.iofloor.*` labels or
+//! annotations (from a runtime whose labels the config trusts). A container
+//! in a pod (podman's) whose annotations carry the promise holds it for its
+//! pod: `podman kube play` copies a Kubernetes pod's annotations to each of
+//! its containers, and the pod becomes a group over them. What a runtime
+//! lists is read in `iofloor_host::containers`; this part decides which
+//! containers an entry means and what they promise, and says why a label is
+//! refused.
 
 use crate::config::TenantSource;
 use iofloor_core::units::Rate;
@@ -35,8 +39,15 @@ pub struct Listed {
     pub runtime: usize,
     pub info: ContainerInfo,
     /// Its labels' promise, where its runtime is trusted and the labels
-    /// declare one that is valid.
+    /// declare one that is valid: its pod's, where it runs in one.
     pub declared: Option<Declared>,
+}
+
+impl Listed {
+    /// The pod whose promise it carries, if any.
+    pub fn promised_pod(&self) -> Option<&str> {
+        self.declared.as_ref().and(self.info.pod.as_deref())
+    }
 }
 
 /// A label that cannot be taken: which, and why.
@@ -48,18 +59,32 @@ pub struct LabelError {
     pub problem: String,
 }
 
-/// The promise a container's `io.iofloor.*` labels declare: `None` if it
-/// has none. A label with a bad value (unparsable, zero or negative, a
-/// ceiling below the floor, a group the config does not have, a key
-/// iofloor does not know) refuses them all: the container is then taken as
+/// The promise a container's `io.iofloor.*` labels and annotations
+/// declare: `None` if it has none. A label with a bad value (unparsable,
+/// zero or negative, a ceiling below the floor, a group the config does not
+/// have, a key iofloor does not know, a label and an annotation that say
+/// different things) refuses them all: the container is then taken as
 /// unlabelled, never given half a promise.
 pub fn declared(
-    labels: &BTreeMap<String, String>,
+    info: &ContainerInfo,
     groups: &[Arc<GroupSpec>],
 ) -> Result<Option<Declared>, LabelError> {
+    let mut labels = own_labels(&info.labels);
+    for (key, value) in own_labels(&info.annotations) {
+        match labels.get(&key) {
+            Some(label) if *label != value => {
+                return Err(LabelError {
+                    problem: format!("the annotation says `{value}`"),
+                    label: key,
+                    value: label.clone(),
+                })
+            }
+            _ => labels.insert(key, value),
+        };
+    }
     let mut d = Declared::default();
     let mut any = false;
-    for (label, value) in labels.iter().filter(|(k, _)| k.starts_with(LABEL_PREFIX)) {
+    for (label, value) in &labels {
         any = true;
         let refuse = |problem: String| LabelError {
             label: label.clone(),
@@ -105,6 +130,42 @@ pub fn declared(
     Ok(any.then_some(d))
 }
 
+/// The `io.iofloor.*` entries of a label or annotation map.
+fn own_labels(all: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    all.iter()
+        .filter(|(k, _)| k.starts_with(LABEL_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Containers of one pod that declare different promises (a container
+/// added to a pod with its own annotations): their pod's promise is
+/// refused, all of them taken as unlabelled. Returns each such pod once,
+/// as (runtime index, pod name).
+pub fn refuse_split_pods(listed: &mut [Listed]) -> Vec<(usize, String)> {
+    let mut promise: BTreeMap<(usize, String), Option<Declared>> = BTreeMap::new();
+    let mut split = Vec::new();
+    for c in listed.iter() {
+        let Some(pod) = &c.info.pod else { continue };
+        let key = (c.runtime, pod.clone());
+        match promise.get(&key) {
+            None => {
+                promise.insert(key, c.declared.clone());
+            }
+            Some(p) if *p != c.declared && !split.contains(&key) => split.push(key),
+            Some(_) => {}
+        }
+    }
+    for c in listed.iter_mut() {
+        if let Some(pod) = &c.info.pod {
+            if split.contains(&(c.runtime, pod.clone())) {
+                c.declared = None;
+            }
+        }
+    }
+    split
+}
+
 /// Whether a tenant entry's source means this container.
 pub fn matches(source: &TenantSource, c: &Listed) -> bool {
     let TenantSource::Container {
@@ -138,6 +199,17 @@ mod tests {
             .collect()
     }
 
+    fn info(labels: BTreeMap<String, String>) -> ContainerInfo {
+        ContainerInfo {
+            id: "x".into(),
+            name: "c".into(),
+            labels,
+            annotations: BTreeMap::new(),
+            pod: None,
+            cgroup: "c".into(),
+        }
+    }
+
     fn group(name: &str) -> Arc<GroupSpec> {
         Arc::new(GroupSpec {
             name: name.into(),
@@ -153,13 +225,13 @@ mod tests {
     fn labels_declare_a_promise_and_bad_ones_refuse_it_naming_the_label() {
         let groups = [group("team")];
         let d = declared(
-            &labels(&[
+            &info(labels(&[
                 ("app", "pg"),
                 (LABEL_FLOOR, "2000iops"),
                 (LABEL_CEILING, "50MB/s"),
                 (LABEL_WEIGHT, "300"),
                 (LABEL_GROUP, "team"),
-            ]),
+            ])),
             &groups,
         )
         .unwrap()
@@ -167,7 +239,7 @@ mod tests {
         assert_eq!(d.floor, Some(Rate::Iops(2000.0)));
         assert_eq!(d.weight, Some(300.0));
         assert_eq!(d.group.unwrap().name, "team");
-        assert_eq!(declared(&labels(&[("app", "pg")]), &groups), Ok(None));
+        assert_eq!(declared(&info(labels(&[("app", "pg")])), &groups), Ok(None));
         for (bad, label) in [
             (vec![(LABEL_FLOOR, "0iops")], LABEL_FLOOR),
             (vec![(LABEL_FLOOR, "-5iops")], LABEL_FLOOR),
@@ -181,7 +253,7 @@ mod tests {
                 LABEL_CEILING,
             ),
         ] {
-            let err = declared(&labels(&bad), &groups).unwrap_err();
+            let err = declared(&info(labels(&bad)), &groups).unwrap_err();
             assert_eq!(err.label, label, "{err}");
             assert!(
                 err.to_string().starts_with(&format!("label `{label}=")),
@@ -198,6 +270,8 @@ mod tests {
                 id: "x".into(),
                 name: name.into(),
                 labels: labels(l),
+                annotations: BTreeMap::new(),
+                pod: None,
                 cgroup: "c".into(),
             },
             declared,
@@ -229,5 +303,47 @@ mod tests {
         let labelled = c(0, "web", &[], Some(Declared::default()));
         assert!(matches(&source(Some(0), None, &[], true), &labelled));
         assert!(!matches(&TenantSource::Cgroup("db-1".into()), &db));
+    }
+
+    #[test]
+    fn annotations_declare_like_labels_and_a_pod_holds_one_promise() {
+        let mut annotated = info(labels(&[(LABEL_FLOOR, "300iops")]));
+        annotated.annotations = labels(&[(LABEL_FLOOR, "300iops"), (LABEL_WEIGHT, "200")]);
+        let d = declared(&annotated, &[]).unwrap().unwrap();
+        assert_eq!((d.floor, d.weight), (Some(Rate::Iops(300.0)), Some(200.0)));
+        annotated.annotations = labels(&[(LABEL_FLOOR, "900iops")]);
+        let err = declared(&annotated, &[]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "label `io.iofloor.floor=300iops`: the annotation says `900iops`"
+        );
+
+        let in_pod = |runtime, pod: &str, floor: Option<f64>| {
+            let mut i = info(BTreeMap::new());
+            i.pod = Some(pod.into());
+            Listed {
+                runtime,
+                info: i,
+                declared: floor.map(|f| Declared {
+                    floor: Some(Rate::Iops(f)),
+                    ..Declared::default()
+                }),
+            }
+        };
+        let mut listed = vec![
+            in_pod(0, "pg", Some(300.0)),
+            in_pod(0, "pg", Some(300.0)),
+            in_pod(0, "web", Some(100.0)),
+            in_pod(0, "web", None),
+            in_pod(0, "web", Some(100.0)),
+            in_pod(1, "pg", None),
+        ];
+        assert_eq!(refuse_split_pods(&mut listed), [(0, "web".to_string())]);
+        let pods: Vec<Option<&str>> = listed.iter().map(Listed::promised_pod).collect();
+        assert_eq!(
+            pods,
+            [Some("pg"), Some("pg"), None, None, None, None],
+            "a pod whose containers disagree is unlabelled as a whole"
+        );
     }
 }

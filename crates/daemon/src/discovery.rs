@@ -23,11 +23,14 @@ pub struct Found {
 /// A container behind a found tenant.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FoundContainer {
-    /// Index of its `[[runtime]]`.
-    pub runtime: usize,
+    /// Its `[[runtime]]`'s name: a reload that reorders them moves nothing.
+    pub runtime: String,
     pub id: String,
     /// The promise its labels declare, replacing its entry's parts.
     pub declared: Option<crate::containers::Declared>,
+    /// The pod whose promise `declared` is: the pod is then a group over
+    /// its containers, holding it.
+    pub pod: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -180,21 +183,7 @@ pub fn discover(
                 }
             }
             TenantSource::Container { .. } => {
-                for c in containers
-                    .iter()
-                    .filter(|c| crate::containers::matches(&t.source, c))
-                {
-                    found.push(Found {
-                        name: name_of(&c.info.name),
-                        entry,
-                        kind: FoundKind::Cgroup(c.info.cgroup.clone()),
-                        container: Some(FoundContainer {
-                            runtime: c.runtime,
-                            id: c.info.id.clone(),
-                            declared: c.declared.clone(),
-                        }),
-                    });
-                }
+                found.extend(container_tenants(config, entry, name_of, containers))
             }
             TenantSource::Libvirt { domain, disk } => found.extend(libvirt_disks(
                 &t.name,
@@ -209,6 +198,39 @@ pub fn discover(
     found.retain(|f| seen.insert(f.name.clone()) && seen.insert(format!("\0{:?}", f.kind)));
     found.sort_by(|a, b| a.name.cmp(&b.name));
     found
+}
+
+/// The containers entry `entry` means, named by `name_of` from the
+/// container's name (its pod's first, where it holds its pod's promise).
+fn container_tenants(
+    config: &Config,
+    entry: usize,
+    name_of: impl Fn(&str) -> String,
+    containers: &[crate::containers::Listed],
+) -> Vec<Found> {
+    let source = &config.tenants[entry].source;
+    containers
+        .iter()
+        .filter(|c| crate::containers::matches(source, c))
+        .map(|c| {
+            let pod = c.promised_pod();
+            let rest = match pod {
+                Some(pod) => format!("{pod}/{}", c.info.name),
+                None => c.info.name.clone(),
+            };
+            Found {
+                name: name_of(&rest),
+                entry,
+                kind: FoundKind::Cgroup(c.info.cgroup.clone()),
+                container: Some(FoundContainer {
+                    runtime: config.runtimes[c.runtime].name.clone(),
+                    id: c.info.id.clone(),
+                    declared: c.declared.clone(),
+                    pod: pod.map(String::from),
+                }),
+            }
+        })
+        .collect()
 }
 
 /// The disks of the libvirt `domains` that a `libvirt` entry named `name`
@@ -340,6 +362,8 @@ mod tests {
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect(),
+                annotations: Default::default(),
+                pod: None,
                 cgroup: format!("libpod_parent/libpod-{id}").into(),
             },
             declared,
@@ -348,7 +372,10 @@ mod tests {
             floor: Some(iofloor_core::units::Rate::Iops(300.0)),
             ..Declared::default()
         };
+        let mut in_pod = listed(0, "a5", "pgpod-db", &[], Some(promise.clone()));
+        in_pod.info.pod = Some("pgpod".into());
         let containers = [
+            in_pod,
             listed(0, "a1", "db-1", &[], None),
             listed(0, "a2", "web", &[], None),
             listed(1, "b1", "web", &[], None),
@@ -368,11 +395,16 @@ mod tests {
                 ("db/db-2", "a4"),
                 ("pg/analytics", "b2"),
                 ("podman/cache", "a3"),
+                ("podman/pgpod/pgpod-db", "a5"),
                 ("web", "b1"),
             ],
             "an entry's own match wins over the runtime's labelled entry; `runtime` chooses"
         );
         assert_eq!(found[1].container.as_ref().unwrap().declared, Some(promise));
+        assert_eq!(
+            found[4].container.as_ref().unwrap().pod.as_deref(),
+            Some("pgpod")
+        );
         assert_eq!(
             found[0].kind,
             FoundKind::Cgroup("libpod_parent/libpod-a1".into())

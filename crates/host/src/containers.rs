@@ -1,7 +1,11 @@
 //! Containers as their runtime knows them: names, labels and the cgroup each
 //! runs in, asked over the Docker Engine API on the runtime's unix socket.
 //! Docker serves it, and so does podman (`podman system service`, the
-//! `podman.socket` unit), so one client covers both; a container's cgroup is
+//! `podman.socket` unit), so one client covers both. Where the socket also
+//! answers podman's own (libpod) API, that is asked instead: it adds each
+//! container's pod and its annotations, where `podman kube play` puts a
+//! Kubernetes pod's annotations, and the compatible API shows neither (the
+//! first 4xx answer to it says the runtime is Docker). A container's cgroup is
 //! read from its first process's `/proc/PID/cgroup`, which is right for every
 //! runtime and cgroup driver (cgroupfs or systemd, v1 or v2) without knowing
 //! their path conventions. containerd speaks gRPC with no such API; on
@@ -23,6 +27,8 @@ use std::time::{Duration, Instant};
 /// The API version asked for: 1.41 is Docker 20.10's and podman 3's and
 /// later's compatible API; both answer it.
 const API_VERSION: &str = "v1.41";
+/// podman's own API, as podman 3 and later answer it.
+const LIBPOD_API: &str = "v3.0.0/libpod";
 /// The most of an answer read: a listing of a few thousand containers.
 const MAX_ANSWER: usize = 16 << 20;
 
@@ -33,6 +39,11 @@ pub struct ContainerInfo {
     /// Its name, without the API's leading `/`.
     pub name: String,
     pub labels: BTreeMap<String, String>,
+    /// Its OCI annotations (podman's API only): a pod's, where `podman kube
+    /// play` made it from a Kubernetes pod.
+    pub annotations: BTreeMap<String, String>,
+    /// The name of the pod it runs in (podman's API only).
+    pub pod: Option<String>,
     /// Its cgroup, relative to the root of the hierarchy that holds the
     /// I/O controller.
     pub cgroup: PathBuf,
@@ -76,8 +87,17 @@ pub struct RuntimeClient {
     socket: PathBuf,
     /// For one whole look: the listing and every inspect it needs.
     timeout: Duration,
-    /// By container ID: its first process.
-    known: HashMap<String, u32>,
+    /// By container ID: its first process and its annotations.
+    known: HashMap<String, Known>,
+    /// Whether the socket answers podman's own API: not known until the
+    /// first listing that gets an answer.
+    libpod: Option<bool>,
+}
+
+#[derive(Debug)]
+struct Known {
+    pid: u32,
+    annotations: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -96,6 +116,36 @@ struct Inspected {
     state: InspectedState,
 }
 
+/// A container in podman's own listing.
+#[derive(Deserialize)]
+struct LibpodListed {
+    #[serde(rename = "Id")]
+    id: String,
+    #[serde(rename = "Names", default)]
+    names: Vec<String>,
+    #[serde(rename = "Labels", default)]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(rename = "PodName", default)]
+    pod: String,
+    #[serde(rename = "Pid", default)]
+    pid: i64,
+    /// A pod's infra (pause) container: not a workload.
+    #[serde(rename = "IsInfra", default)]
+    infra: bool,
+}
+
+#[derive(Deserialize)]
+struct LibpodInspected {
+    #[serde(rename = "Config")]
+    config: LibpodConfig,
+}
+
+#[derive(Deserialize)]
+struct LibpodConfig {
+    #[serde(rename = "Annotations", default)]
+    annotations: Option<BTreeMap<String, String>>,
+}
+
 #[derive(Deserialize)]
 struct InspectedState {
     #[serde(rename = "Pid", default)]
@@ -108,6 +158,7 @@ impl RuntimeClient {
             socket: socket.into(),
             timeout,
             known: HashMap::new(),
+            libpod: None,
         }
     }
 
@@ -128,6 +179,35 @@ impl RuntimeClient {
         version: crate::Version,
     ) -> Result<Vec<ContainerInfo>, RuntimeError> {
         let deadline = Instant::now() + self.timeout;
+        let out = if self.libpod == Some(false) {
+            self.compatible_containers(version, deadline)?
+        } else {
+            match self.libpod_containers(version, deadline) {
+                Ok(out) => {
+                    self.libpod = Some(true);
+                    out
+                }
+                // Docker: no such path, or no such API version.
+                Err(RuntimeError::Garbage { problem, .. })
+                    if self.libpod.is_none() && problem.starts_with("HTTP 4") =>
+                {
+                    self.libpod = Some(false);
+                    self.compatible_containers(version, deadline)?
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let running: std::collections::HashSet<&str> = out.iter().map(|c| c.id.as_str()).collect();
+        self.known.retain(|id, _| running.contains(id.as_str()));
+        Ok(out)
+    }
+
+    /// [`RuntimeClient::containers`] from the Docker-compatible API.
+    fn compatible_containers(
+        &mut self,
+        version: crate::Version,
+        deadline: Instant,
+    ) -> Result<Vec<ContainerInfo>, RuntimeError> {
         let request = format!("/{API_VERSION}/containers/json");
         let listed: Vec<Listed> = self.get_json(&request, deadline)?;
         let mut out = Vec::with_capacity(listed.len());
@@ -144,13 +224,66 @@ impl RuntimeClient {
                     id: c.id,
                     name,
                     labels: c.labels.unwrap_or_default(),
+                    annotations: BTreeMap::new(),
+                    pod: None,
                     cgroup,
                 });
             }
         }
-        let running: std::collections::HashSet<&str> = out.iter().map(|c| c.id.as_str()).collect();
-        self.known.retain(|id, _| running.contains(id.as_str()));
         Ok(out)
+    }
+
+    /// [`RuntimeClient::containers`] from podman's own API: the listing
+    /// gives each process and pod; a container's annotations are inspected
+    /// once per start. Pods' infra containers are left out.
+    fn libpod_containers(
+        &mut self,
+        version: crate::Version,
+        deadline: Instant,
+    ) -> Result<Vec<ContainerInfo>, RuntimeError> {
+        let request = format!("/{LIBPOD_API}/containers/json");
+        let listed: Vec<LibpodListed> = self.get_json(&request, deadline)?;
+        let mut out = Vec::with_capacity(listed.len());
+        for c in listed.into_iter().filter(|c| !c.infra) {
+            self.check_id(&c.id, &request)?;
+            let (Some(name), Ok(pid)) = (c.names.first(), u32::try_from(c.pid)) else {
+                continue;
+            };
+            let Some(cgroup) = process_cgroup(pid, version) else {
+                continue;
+            };
+            if self.known.get(&c.id).is_none_or(|k| k.pid != pid) {
+                let inspect = format!("/{LIBPOD_API}/containers/{}/json", c.id);
+                let inspected: LibpodInspected = match self.get_json(&inspect, deadline) {
+                    Ok(i) => i,
+                    Err(RuntimeError::Garbage { problem, .. })
+                        if problem.starts_with("HTTP 404") =>
+                    {
+                        continue
+                    }
+                    Err(e) => return Err(e),
+                };
+                let annotations = inspected.config.annotations.unwrap_or_default();
+                self.known.insert(c.id.clone(), Known { pid, annotations });
+            }
+            out.push(ContainerInfo {
+                annotations: self.known[&c.id].annotations.clone(),
+                id: c.id,
+                name: name.clone(),
+                labels: c.labels.unwrap_or_default(),
+                pod: (!c.pod.is_empty()).then_some(c.pod),
+                cgroup,
+            });
+        }
+        Ok(out)
+    }
+
+    /// An ID put in a request's path: letters and digits only.
+    fn check_id(&self, id: &str, listing: &str) -> Result<(), RuntimeError> {
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(self.garbage(listing, format!("container ID `{id}` is not an ID")));
+        }
+        Ok(())
     }
 
     /// A container's cgroup, read from its first process (inspected when
@@ -166,16 +299,11 @@ impl RuntimeClient {
         if let Some(cgroup) = self
             .known
             .get(id)
-            .and_then(|pid| process_cgroup(*pid, version))
+            .and_then(|k| process_cgroup(k.pid, version))
         {
             return Ok(Some(cgroup));
         }
-        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
-            return Err(self.garbage(
-                "/containers/json",
-                format!("container ID `{id}` is not an ID"),
-            ));
-        }
+        self.check_id(id, "/containers/json")?;
         let request = format!("/{API_VERSION}/containers/{id}/json");
         let inspected: Inspected = match self.get_json(&request, deadline) {
             Ok(i) => i,
@@ -191,7 +319,13 @@ impl RuntimeClient {
         }
         let cgroup = process_cgroup(pid, version);
         if cgroup.is_some() {
-            self.known.insert(id.to_string(), pid);
+            self.known.insert(
+                id.to_string(),
+                Known {
+                    pid,
+                    annotations: BTreeMap::new(),
+                },
+            );
         }
         Ok(cgroup)
     }
@@ -386,6 +520,7 @@ mod tests {
                           {"Id":"def456","Names":["/gone"],"Labels":null}]"#;
         let (_dir, socket, server) = fake_runtime(
             vec![
+                b"HTTP/1.0 404 Not Found\r\n\r\n{\"message\":\"page not found\"}".to_vec(),
                 ok(listing),
                 ok(&format!(r#"{{"State":{{"Pid":{me}}}}}"#)),
                 b"HTTP/1.0 404 Not Found\r\n\r\n{\"message\":\"no such container\"}".to_vec(),
@@ -395,8 +530,9 @@ mod tests {
         let mut client = RuntimeClient::new(&socket, Duration::from_secs(5));
         let found = client.containers(crate::Version::V2).unwrap();
         let requests = server.join().unwrap();
-        assert!(requests[0].starts_with("GET /v1.41/containers/json HTTP/1.0\r\n"));
-        assert!(requests[1].starts_with("GET /v1.41/containers/abc123/json "));
+        assert!(requests[0].starts_with("GET /v3.0.0/libpod/containers/json HTTP/1.0\r\n"));
+        assert!(requests[1].starts_with("GET /v1.41/containers/json HTTP/1.0\r\n"));
+        assert!(requests[2].starts_with("GET /v1.41/containers/abc123/json "));
         match own {
             Some(cgroup) => {
                 assert_eq!(found.len(), 1, "{found:?}");
@@ -407,6 +543,51 @@ mod tests {
             // This host has no unified line (v1 only): nothing to read.
             None => assert!(found.is_empty()),
         }
+    }
+
+    #[test]
+    fn podman_s_own_api_gives_pods_and_annotations_inspected_once_per_start() {
+        let me = std::process::id();
+        let own = io_cgroup(
+            &std::fs::read_to_string("/proc/self/cgroup").unwrap(),
+            crate::Version::V1,
+        );
+        let listing = format!(
+            r#"[{{"Id":"aa11","Names":["pgpod-infra"],"PodName":"pgpod","Pid":{me},"IsInfra":true}},
+                {{"Id":"bb22","Names":["pgpod-db"],"Labels":{{"app":"pg"}},"PodName":"pgpod","Pid":{me},"IsInfra":false}},
+                {{"Id":"cc33","Names":["solo"],"Labels":null,"PodName":"","Pid":{me}}},
+                {{"Id":"dd44","Names":["stopped"],"PodName":"","Pid":0}}]"#
+        );
+        let annotated = r#"{"Config":{"Annotations":{"io.iofloor.floor":"300iops"}}}"#;
+        let (_dir, socket, server) = fake_runtime(
+            vec![
+                ok(&listing),
+                ok(annotated),
+                ok(r#"{"Config":{"Annotations":null}}"#),
+                ok(&listing),
+            ],
+            Duration::ZERO,
+        );
+        let mut client = RuntimeClient::new(&socket, Duration::from_secs(5));
+        let first = client.containers(crate::Version::V1).unwrap();
+        let again = client.containers(crate::Version::V1).unwrap();
+        let requests = server.join().unwrap();
+        if own.is_none() {
+            // No blkio line here: nothing to read.
+            assert!(first.is_empty());
+            return;
+        }
+        assert_eq!(first, again, "the second look inspects nothing");
+        assert_eq!(requests.len(), 4, "{requests:?}");
+        assert!(requests[1].starts_with("GET /v3.0.0/libpod/containers/bb22/json "));
+        let names: Vec<(&str, Option<&str>)> = first
+            .iter()
+            .map(|c| (c.name.as_str(), c.pod.as_deref()))
+            .collect();
+        assert_eq!(names, [("pgpod-db", Some("pgpod")), ("solo", None)]);
+        assert_eq!(first[0].annotations["io.iofloor.floor"], "300iops");
+        assert_eq!(first[0].labels["app"], "pg");
+        assert!(first[1].annotations.is_empty());
     }
 
     #[test]

@@ -363,6 +363,21 @@ fn run_refuses_a_bad_config_with_file_line_and_key_and_leaves_nothing() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout)
         .contains("ok (1 devices, 1 tenant entries, policy floor)"));
+    // A trusted runtime's own entry is counted apart from the file's.
+    let with_runtime = dir.path().join("runtime.toml");
+    std::fs::write(
+        &with_runtime,
+        format!("{good}[[runtime]]\nname = \"podman\"\nsocket = \"/run/podman/podman.sock\"\ntrust_labels = true\n"),
+    )
+    .unwrap();
+    let o = iofloor(&["run", "--config", with_runtime.to_str().unwrap(), "--check"]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(
+            "ok (1 devices, 1 tenant entries, 1 container runtimes (1 whose labelled containers are tenants), policy floor)"
+        ),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
 
     for (edit, needle) in [
         (

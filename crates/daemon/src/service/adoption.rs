@@ -20,7 +20,8 @@ use tracing::{debug, info, warn};
 /// With `share = "vm"` (libvirt) or `kubernetes`, the entry's floor,
 /// ceiling and weight are each VM's or pod's: the tenant is a member of a
 /// group per domain or pod that holds them, named as the entry (one fixed
-/// domain) or `entry/<domain or pod UID>`.
+/// domain) or `entry/<domain or pod UID>`. A podman pod whose annotations
+/// declare a promise is such a group too, `entry/<pod name>`, holding it.
 ///
 /// `cgroup_v2`: the cgroup hierarchy bounds a subtree, so a pod's
 /// containers can share one limit on the pod's cgroup (a VM's disks always
@@ -81,7 +82,12 @@ pub(super) fn spec_of(
         spec.ceiling = None;
         spec.weight = iofloor_core::model::DEFAULT_WEIGHT;
     }
-    if let Some(d) = found.container.as_ref().and_then(|c| c.declared.as_ref()) {
+    if let Some(pod) = pod_group(t, found) {
+        spec.group = Some(Arc::new(pod));
+        spec.floor = None;
+        spec.ceiling = None;
+        spec.weight = iofloor_core::model::DEFAULT_WEIGHT;
+    } else if let Some(d) = found.container.as_ref().and_then(|c| c.declared.as_ref()) {
         // The container's own labels, from a runtime the config trusts,
         // replace the parts of its entry's promise they give; a mix that
         // does not hold (a label's floor above the entry's ceiling) keeps
@@ -107,6 +113,30 @@ pub(super) fn spec_of(
         super::patch::apply_patch(&mut spec, p);
     }
     spec
+}
+
+/// The group of a container whose pod's annotations declare a promise:
+/// the parts they give replace the entry's. A mix that does not hold keeps
+/// the entry's whole.
+fn pod_group(t: &TenantConfig, found: &Found) -> Option<GroupSpec> {
+    let c = found.container.as_ref()?;
+    let (pod, d) = (c.pod.as_ref()?, c.declared.as_ref()?);
+    let mut group = GroupSpec {
+        name: format!("{}/{pod}", t.name),
+        floor: d.floor.or(t.floor),
+        ceiling: d.ceiling.or(t.ceiling),
+        weight: d.weight.unwrap_or(t.weight),
+        parent: d.group.clone().or_else(|| t.group.clone()),
+        shared_limit: false,
+    };
+    if let Err(e) =
+        iofloor_core::model::check_promise(group.floor, group.ceiling, Some(group.weight))
+    {
+        warn!(pod = %group.name, "its annotations with its entry's promise: `{}` {}; the entry's promise is kept", e.key, e.message);
+        (group.floor, group.ceiling, group.weight) = (t.floor, t.ceiling, t.weight);
+        group.parent = t.group.clone();
+    }
+    Some(group)
 }
 
 /// The state file's key for a pod's own cgroup, whose limits iofloor

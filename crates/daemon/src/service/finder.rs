@@ -32,9 +32,9 @@ pub(super) struct Finding {
     /// libvirt could not be asked: its domains' tenants are neither found
     /// nor gone.
     pub(super) libvirt_unknown: bool,
-    /// The `[[runtime]]`s that could not be asked: their containers'
-    /// tenants are neither found nor gone.
-    pub(super) runtimes_down: HashSet<usize>,
+    /// The `[[runtime]]`s that could not be asked, by name: their
+    /// containers' tenants are neither found nor gone.
+    pub(super) runtimes_down: HashSet<String>,
 }
 
 #[derive(Default)]
@@ -61,8 +61,9 @@ pub(super) struct Finder {
     runtime_backoff: HashMap<String, (u32, u64)>,
     /// Looks so far.
     looks: u64,
-    /// Containers whose labels were refused, by ID, with the reason (logged
-    /// once per container and reason).
+    /// Containers whose labels were refused, by ID, and pods whose
+    /// containers disagree, as `pod RUNTIME-INDEX/NAME`, with the reason
+    /// (logged once per container or pod and reason).
     refused_labels: HashMap<String, String>,
     /// Tenant names two containers claimed (logged once).
     claimed_twice: HashSet<String>,
@@ -88,7 +89,10 @@ impl Finder {
         Finding {
             found,
             libvirt_unknown: domains.is_none(),
-            runtimes_down,
+            runtimes_down: runtimes_down
+                .into_iter()
+                .map(|i| config.runtimes[i].name.clone())
+                .collect(),
         }
     }
 
@@ -135,17 +139,7 @@ impl Finder {
                     }
                     for info in containers {
                         let declared = if r.trust_labels {
-                            match crate::containers::declared(&info.labels, &config.groups) {
-                                Ok(d) => d,
-                                Err(e) => {
-                                    let message = e.to_string();
-                                    if self.refused_labels.get(&info.id) != Some(&message) {
-                                        warn!(runtime = %r.name, container = %info.name, "{message}; the container is taken as unlabelled");
-                                        self.refused_labels.insert(info.id.clone(), message);
-                                    }
-                                    None
-                                }
-                            }
+                            declared_or_refused(&mut self.refused_labels, &r.name, &info, config)
                         } else {
                             None
                         };
@@ -173,10 +167,30 @@ impl Finder {
                 }
             }
         }
+        self.refuse_split_pods(config, &mut listed, &mut seen_ids);
         if down.is_empty() {
             self.refused_labels.retain(|id, _| seen_ids.contains(id));
         }
         (listed, down)
+    }
+
+    /// Pods whose containers declare different promises taken as
+    /// unlabelled, each said once; their keys added to `seen`.
+    fn refuse_split_pods(
+        &mut self,
+        config: &Config,
+        listed: &mut [Listed],
+        seen: &mut HashSet<String>,
+    ) {
+        for (runtime, pod) in crate::containers::refuse_split_pods(listed) {
+            let key = format!("pod {runtime}/{pod}");
+            let message = "its containers declare different promises".to_string();
+            if self.refused_labels.get(&key) != Some(&message) {
+                warn!(runtime = %config.runtimes[runtime].name, %pod, "{message}; the pod is taken as unlabelled");
+                self.refused_labels.insert(key.clone(), message);
+            }
+            seen.insert(key);
+        }
     }
 
     /// Says once when two containers claim one tenant: an entry naming one
@@ -356,6 +370,27 @@ impl Finder {
         if self.libvirt_error.as_deref() != Some(message) {
             warn!(uri = %uri, "libvirt cannot be asked for its domains: {message}; its tenants are kept, unavailable, until it answers");
             self.libvirt_error = Some(message.to_string());
+        }
+    }
+}
+
+/// The promise a trusted runtime's container declares; a refused one
+/// said once per container and reason (`refused` holds what was said).
+fn declared_or_refused(
+    refused: &mut HashMap<String, String>,
+    runtime: &str,
+    info: &iofloor_host::containers::ContainerInfo,
+    config: &Config,
+) -> Option<crate::containers::Declared> {
+    match crate::containers::declared(info, &config.groups) {
+        Ok(d) => d,
+        Err(e) => {
+            let message = e.to_string();
+            if refused.get(&info.id) != Some(&message) {
+                warn!(%runtime, container = %info.name, "{message}; the container is taken as unlabelled");
+                refused.insert(info.id.clone(), message);
+            }
+            None
         }
     }
 }

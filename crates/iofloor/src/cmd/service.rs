@@ -39,11 +39,25 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let config =
         iofloor_daemon::config::Config::load(&args.config).map_err(|e| bad(e.to_string()))?;
     if args.check {
+        // A trusted runtime with a device adds an entry of its own (its
+        // labelled containers), after the file's.
+        let labelled = config
+            .runtimes
+            .iter()
+            .filter(|r| r.trust_labels && r.device.is_some())
+            .count();
+        let runtimes = match (config.runtimes.len(), labelled) {
+            (0, _) => String::new(),
+            (n, 0) => format!(", {n} container runtimes"),
+            (n, l) => {
+                format!(", {n} container runtimes ({l} whose labelled containers are tenants)")
+            }
+        };
         println!(
-            "{}: ok ({} devices, {} tenant entries, policy {})",
+            "{}: ok ({} devices, {} tenant entries{runtimes}, policy {})",
             config.file.display(),
             config.devices.len(),
-            config.tenants.len(),
+            config.tenants.len() - labelled,
             config.policy
         );
         if config.devices.is_empty() {

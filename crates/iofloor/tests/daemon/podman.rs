@@ -1,7 +1,8 @@
 //! Real podman containers under `iofloor run`: fio in containers made from
 //! an image built here from the host's own fio (no registry), found through
-//! podman's Docker-compatible API by name and by their `io.iofloor.*`
-//! labels, on a rig of known capacity.
+//! podman's API by name, by their `io.iofloor.*` labels, and by the
+//! annotations of a Kubernetes pod played with `podman kube play`, on a rig
+//! of known capacity.
 
 use super::common::{real_environment, TestRig};
 use super::harness::{config, Daemon};
@@ -170,6 +171,75 @@ impl Podman {
         self.service.wait().map(drop)
     }
 
+    /// Plays a Kubernetes pod `short` whose `annotations` are the pod's,
+    /// with one fio container per `(name, rate)` at QD 1 reading the rig's
+    /// device (a `BlockDevice` hostPath) for `secs`. The runtime and ulimits
+    /// as in [`Podman::fio`], given to `kube play` in a containers.conf of
+    /// its own.
+    fn kube_play(
+        &self,
+        short: &str,
+        annotations: &[(&str, &str)],
+        jobs: &[(&str, u32)],
+        secs: u32,
+    ) {
+        let conf = self.dir.path().join("containers.conf");
+        std::fs::write(
+            &conf,
+            "[containers]\ndefault_ulimits = [\"nofile=10000:10000\", \"nproc=1000:1000\"]\n\
+             [engine]\nruntime = \"runc\"\n",
+        )
+        .unwrap();
+        let containers: Vec<Value> = jobs
+            .iter()
+            .map(|(name, rate)| {
+                serde_json::json!({
+                    "name": name,
+                    "image": self.image,
+                    "command": ["/usr/bin/fio", "--name=load", "--direct=1", "--ioengine=libaio",
+                        format!("--filename={}", self.device), "--rw=randread", "--bs=4k",
+                        "--time_based", "--iodepth=1", format!("--runtime={secs}"),
+                        format!("--rate_iops={rate}")],
+                    "volumeMounts": [{"name": "disk", "mountPath": self.device}],
+                })
+            })
+            .collect();
+        let annotations: serde_json::Map<String, Value> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), Value::from(*v)))
+            .collect();
+        // JSON is YAML: kube play reads it as a manifest.
+        let pod = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": self.name(short), "annotations": annotations},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": containers,
+                "volumes": [{"name": "disk", "hostPath": {"path": self.device, "type": "BlockDevice"}}],
+            },
+        });
+        let manifest = self.dir.path().join(format!("{short}.yaml"));
+        std::fs::write(&manifest, pod.to_string()).unwrap();
+        let out = Command::new("podman")
+            .env("CONTAINERS_CONF", &conf)
+            .args(["kube", "play", "--network", "none"])
+            .arg(&manifest)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "podman kube play {short}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn remove_pod(&self, short: &str) {
+        let _ = Command::new("podman")
+            .args(["pod", "rm", "-f", "-t", "0", &self.name(short)])
+            .output();
+    }
+
     fn remove(&self, short: &str) {
         let _ = Command::new("podman")
             .args(["rm", "-f", "-t", "0", &self.name(short)])
@@ -191,6 +261,17 @@ impl Podman {
 
 impl Drop for Podman {
     fn drop(&mut self) {
+        let pods = Command::new("podman")
+            .args(["pod", "ps", "--format", "{{.Name}}", "--filter"])
+            .arg(format!("name=^{}-", self.prefix))
+            .output();
+        if let Ok(out) = pods {
+            for name in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("podman")
+                    .args(["pod", "rm", "-f", "-t", "0", name])
+                    .output();
+            }
+        }
         let listed = Command::new("podman")
             .args(["ps", "-a", "--format", "{{.Names}}", "--filter"])
             .arg(format!("name=^{}-", self.prefix))
@@ -238,11 +319,15 @@ fn floor_of(v: &Value, tenant: &str) -> Value {
     super::tenant(v, tenant)["floor"].clone()
 }
 
-/// Two containers that carry their floors in labels and a noisy one named
-/// in the config, on a 1,000-IOPS rig: each labelled container keeps its
-/// floor, one recreated mid-run (a new ID and cgroup) keeps it too, a
-/// container whose label is bad is left alone with a warning naming it,
-/// and the noisy one's limits are put back when the daemon stops.
+/// Two containers that carry their floors in labels, a pod played from a
+/// Kubernetes manifest (`podman kube play`) whose annotations declare a
+/// floor for its two containers, and a noisy container named in the
+/// config, on a 1,000-IOPS rig: each labelled container keeps its floor,
+/// one recreated mid-run (a new ID and cgroup) keeps it too, the pod is one
+/// group over its containers holding its floor (found through podman's own
+/// API, which shows a container's pod and annotations) and its tenants go
+/// with it, a container whose label is bad is left alone with a warning
+/// naming it, and the noisy one's limits are put back when the daemon stops.
 #[test]
 fn labelled_podman_containers_get_their_floors_and_keep_them_when_recreated() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -252,6 +337,7 @@ fn labelled_podman_containers_get_their_floors_and_keep_them_when_recreated() {
             &[
                 iofloor_testbed::needs::Need::Program("podman"),
                 iofloor_testbed::needs::Need::Program("runc"),
+                iofloor_testbed::needs::Need::Program("catatonit"),
                 iofloor_testbed::needs::Need::Program("fio"),
             ],
         )
@@ -289,17 +375,47 @@ container = "{}"
     podman.fio("web", &["io.iofloor.floor=250iops"], 1, Some(275), SECS);
     podman.fio("bad", &["io.iofloor.floor=0iops"], 1, Some(20), SECS);
     podman.fio("noisy", &[], 16, None, SECS);
+    podman.kube_play(
+        "pod",
+        &[("io.iofloor.floor", "200iops")],
+        &[("a", 110), ("b", 110)],
+        SECS,
+    );
     let (db, web) = (
         format!("podman/{}", podman.name("db")),
         format!("podman/{}", podman.name("web")),
     );
-    let v = daemon.wait_for("the containers adopted", Duration::from_secs(20), |v| {
+    let pod = podman.name("pod");
+    let group = format!("podman/{pod}");
+    let members = [format!("{group}/{pod}-a"), format!("{group}/{pod}-b")];
+    let v = daemon.wait_for("the containers adopted", Duration::from_secs(30), |v| {
         [db.as_str(), web.as_str(), "noisy"]
             .iter()
+            .chain(
+                members
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .iter(),
+            )
             .all(|n| !super::tenant(v, n).is_null())
     });
     assert_eq!(floor_of(&v, &db)["value"], 300.0, "{v}");
     assert_eq!(floor_of(&v, &web)["value"], 250.0, "{v}");
+    for m in &members {
+        assert_eq!(super::tenant(&v, m)["groups"][0], group.as_str(), "{v}");
+    }
+    let (_, admission) = daemon.get("/api/v1/admission");
+    assert!(
+        admission["devices"][0]["tenants"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|r| r["name"] == group.as_str()
+                && r["group"] == true
+                && r["floor_cost"].as_f64().unwrap_or(0.0) > 0.0),
+        "the pod's group holds a floor: {admission}"
+    );
     assert!(
         super::tenant(&v, &format!("podman/{}", podman.name("bad"))).is_null(),
         "a container with a bad label is not a labelled tenant: {v}"
@@ -356,6 +472,16 @@ container = "{}"
     let (db_ok, db_n) = met(&db, 300.0, start + 5.0, removed_at - 1.0);
     let (db2_ok, db2_n) = met(&db, 300.0, recreated_at + 4.0, recreated_at + 19.0);
     let (web_ok, web_n) = met(&web, 250.0, start + 5.0, start + 34.0);
+    let per_member: Vec<Vec<f64>> = members
+        .iter()
+        .map(|m| iops_since(&daemon, m, start + 5.0))
+        .collect();
+    let windows = per_member.iter().map(Vec::len).min().unwrap_or(0).min(29);
+    let pod_iops: Vec<f64> = (0..windows)
+        .map(|i| per_member.iter().map(|m| m[i]).sum())
+        .collect();
+    let pod_ok = pod_iops.iter().filter(|&&g| g >= 0.95 * 200.0).count();
+    eprintln!("  {group}: floor 200 IOPS, met in {pod_ok}/{windows} windows: {pod_iops:.0?}");
     let noisy = iops_since(&daemon, "noisy", start + 5.0);
     eprintln!("  noisy: {noisy:.0?}; its limit: {}", noisy_limit.trim());
     assert!(
@@ -366,6 +492,7 @@ container = "{}"
         ("db", db_ok, db_n),
         ("db recreated", db2_ok, db2_n),
         ("web", web_ok, web_n),
+        ("the pod", pod_ok, windows),
     ] {
         assert!(n >= 8, "{what}: {n} windows");
         // Measured: every window but one or two at a start (fio's first
@@ -373,6 +500,10 @@ container = "{}"
         // CPU on two cores).
         assert!(ok + 2 >= n, "{what}: floor met in {ok} of {n} windows");
     }
+    podman.remove_pod("pod");
+    daemon.wait_for("the pod's tenants dropped", Duration::from_secs(15), |v| {
+        members.iter().all(|m| super::tenant(v, m).is_null())
+    });
     // The runtime gone: its containers' tenants stay as they are.
     let _ = podman.service_stop();
     std::thread::sleep(Duration::from_secs(3));
