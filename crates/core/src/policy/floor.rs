@@ -1478,7 +1478,7 @@ mod tests {
         };
         let next = p.decide(&snap(&t(2.0, tiny), 2))[0].write_iops.unwrap();
         assert!(
-            next >= 2.0 + RELEASE_STEP * 1000.0 * 0.99 && next <= 970.0 - 300.0 + 1.0,
+            (2.0 + RELEASE_STEP * 1000.0 * 0.99..=970.0 - 300.0 + 1.0).contains(&next),
             "{next}"
         );
     }
