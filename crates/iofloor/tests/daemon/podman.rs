@@ -259,30 +259,38 @@ impl Podman {
     }
 }
 
-impl Drop for Podman {
-    fn drop(&mut self) {
-        let pods = Command::new("podman")
-            .args(["pod", "ps", "--format", "{{.Name}}", "--filter"])
-            .arg(format!("name=^{}-", self.prefix))
-            .output();
-        if let Ok(out) = pods {
-            for name in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                let _ = Command::new("podman")
-                    .args(["pod", "rm", "-f", "-t", "0", name])
-                    .output();
-            }
-        }
+impl Podman {
+    /// Removes every pod (`object = "pod"`) or container (`"container"`)
+    /// this test made, by its name's prefix.
+    fn remove_ours(&self, object: &str) {
+        // `pod ps` lists stopped pods too, and has no `-a`; a pod's name is
+        // `.Name`, a container's `.Names`.
+        let (all, format): (&[&str], _) = if object == "pod" {
+            (&[], "{{.Name}}")
+        } else {
+            (&["-a"], "{{.Names}}")
+        };
         let listed = Command::new("podman")
-            .args(["ps", "-a", "--format", "{{.Names}}", "--filter"])
+            .args([object, "ps"])
+            .args(all)
+            .args(["--format", format, "--filter"])
             .arg(format!("name=^{}-", self.prefix))
             .output();
         if let Ok(out) = listed {
             for name in String::from_utf8_lossy(&out.stdout).split_whitespace() {
                 let _ = Command::new("podman")
-                    .args(["rm", "-f", "-t", "0", name])
+                    .args([object, "rm", "-f", "-t", "0", name])
                     .output();
             }
         }
+    }
+}
+
+impl Drop for Podman {
+    fn drop(&mut self) {
+        // Pods first: their containers go with them.
+        self.remove_ours("pod");
+        self.remove_ours("container");
         let _ = self.service.kill();
         let _ = self.service.wait();
     }
@@ -729,10 +737,21 @@ impl LibpodCgroups {
 }
 
 impl Drop for LibpodCgroups {
+    /// Every cgroup under a `libpod_parent` made here, deepest first: its
+    /// `conmon`, and a pod's, which `podman pod rm` leaves in the named
+    /// systemd and unified hierarchies. One still in use (not ours) is
+    /// refused by the kernel and stays.
     fn drop(&mut self) {
+        fn remove_tree(dir: &Path) {
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for e in entries.flatten().filter(|e| e.path().is_dir()) {
+                    remove_tree(&e.path());
+                }
+            }
+            let _ = std::fs::remove_dir(dir);
+        }
         for parent in &self.0 {
-            let _ = std::fs::remove_dir(parent.join("conmon"));
-            let _ = std::fs::remove_dir(parent);
+            remove_tree(parent);
         }
     }
 }
