@@ -529,16 +529,47 @@ pub fn enable_io_for_children(root: &Path, cgroup: &Path) -> Result<()> {
 
 /// Waits (up to `timeout`) until the cgroup and its children have no
 /// processes left, then removes them. Processes that exit still leave the
-/// cgroup a moment later, so an immediate rmdir can fail with EBUSY.
+/// cgroup a moment later, so an immediate rmdir can fail with EBUSY. If it
+/// still cannot, the error names the processes left in it.
 pub fn remove_when_empty(root: &Path, cgroup: &Path, timeout: std::time::Duration) -> Result<()> {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         match remove_tree(root, cgroup) {
             Ok(()) => return Ok(()),
-            Err(e) if std::time::Instant::now() >= deadline => return Err(e),
+            Err(e) if std::time::Instant::now() >= deadline => {
+                let left = processes_in(&root.join(cgroup));
+                if left.is_empty() {
+                    return Err(e);
+                }
+                return Err(HostError::NotUsable {
+                    object: root.join(cgroup).display().to_string(),
+                    problem: format!(
+                        "not removed after {timeout:?} ({e}): processes left in it: {}",
+                        left.join(", ")
+                    ),
+                });
+            }
             Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
         }
     }
+}
+
+/// The processes in a cgroup and its children, as `PID (command)`.
+fn processes_in(dir: &Path) -> Vec<String> {
+    let mut out: Vec<String> = fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|pid| {
+            let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("{pid} ({})", comm.trim())
+        })
+        .collect();
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten().filter(|e| e.path().is_dir()) {
+            out.extend(processes_in(&e.path()));
+        }
+    }
+    out
 }
 
 /// Removes a cgroup and its children, deepest first. The cgroups must have no
@@ -569,6 +600,31 @@ mod tests {
 
     fn origin() -> &'static Path {
         Path::new("blkio.throttle.read_iops_device")
+    }
+
+    #[test]
+    fn a_cgroup_that_stays_busy_is_an_error_naming_its_processes() {
+        // A directory with files stands for a cgroup rmdir refuses.
+        let root = tempfile::tempdir().unwrap();
+        let child = root.path().join("bench/tenant");
+        fs::create_dir_all(&child).unwrap();
+        fs::write(
+            child.join("cgroup.procs"),
+            format!("{}\n", std::process::id()),
+        )
+        .unwrap();
+        let e = remove_when_empty(
+            root.path(),
+            Path::new("bench"),
+            std::time::Duration::from_millis(50),
+        )
+        .unwrap_err()
+        .to_string();
+        let me = format!("{} (", std::process::id());
+        assert!(
+            e.contains("processes left in it: ") && e.contains(&me),
+            "{e}"
+        );
     }
 
     #[test]
