@@ -100,6 +100,7 @@ struct Known {
     annotations: BTreeMap<String, String>,
 }
 
+/// A container in a listing: what both APIs give.
 #[derive(Deserialize)]
 struct Listed {
     #[serde(rename = "Id")]
@@ -110,21 +111,26 @@ struct Listed {
     labels: Option<BTreeMap<String, String>>,
 }
 
+impl Listed {
+    /// Its first name, without the compatible API's leading `/`.
+    fn name(&self) -> Option<String> {
+        self.names
+            .first()
+            .map(|n| n.trim_start_matches('/').to_string())
+    }
+}
+
 #[derive(Deserialize)]
 struct Inspected {
     #[serde(rename = "State")]
     state: InspectedState,
 }
 
-/// A container in podman's own listing.
+/// A container in podman's own listing: also its process and pod.
 #[derive(Deserialize)]
 struct LibpodListed {
-    #[serde(rename = "Id")]
-    id: String,
-    #[serde(rename = "Names", default)]
-    names: Vec<String>,
-    #[serde(rename = "Labels", default)]
-    labels: Option<BTreeMap<String, String>>,
+    #[serde(flatten)]
+    listed: Listed,
     #[serde(rename = "PodName", default)]
     pod: String,
     #[serde(rename = "Pid", default)]
@@ -212,11 +218,7 @@ impl RuntimeClient {
         let listed: Vec<Listed> = self.get_json(&request, deadline)?;
         let mut out = Vec::with_capacity(listed.len());
         for c in listed {
-            let Some(name) = c
-                .names
-                .first()
-                .map(|n| n.trim_start_matches('/').to_string())
-            else {
+            let Some(name) = c.name() else {
                 continue;
             };
             if let Some(cgroup) = self.cgroup_of(&c.id, version, deadline)? {
@@ -245,15 +247,16 @@ impl RuntimeClient {
         let listed: Vec<LibpodListed> = self.get_json(&request, deadline)?;
         let mut out = Vec::with_capacity(listed.len());
         for c in listed.into_iter().filter(|c| !c.infra) {
-            self.check_id(&c.id, &request)?;
-            let (Some(name), Ok(pid)) = (c.names.first(), u32::try_from(c.pid)) else {
+            let id = c.listed.id.as_str();
+            self.check_id(id, &request)?;
+            let (Some(name), Ok(pid)) = (c.listed.name(), u32::try_from(c.pid)) else {
                 continue;
             };
             let Some(cgroup) = process_cgroup(pid, version) else {
                 continue;
             };
-            if self.known.get(&c.id).is_none_or(|k| k.pid != pid) {
-                let inspect = format!("/{LIBPOD_API}/containers/{}/json", c.id);
+            if self.known.get(id).is_none_or(|k| k.pid != pid) {
+                let inspect = format!("/{LIBPOD_API}/containers/{id}/json");
                 let inspected: LibpodInspected = match self.get_json(&inspect, deadline) {
                     Ok(i) => i,
                     Err(RuntimeError::Garbage { problem, .. })
@@ -264,13 +267,14 @@ impl RuntimeClient {
                     Err(e) => return Err(e),
                 };
                 let annotations = inspected.config.annotations.unwrap_or_default();
-                self.known.insert(c.id.clone(), Known { pid, annotations });
+                self.known
+                    .insert(id.to_string(), Known { pid, annotations });
             }
             out.push(ContainerInfo {
-                annotations: self.known[&c.id].annotations.clone(),
-                id: c.id,
-                name: name.clone(),
-                labels: c.labels.unwrap_or_default(),
+                annotations: self.known[id].annotations.clone(),
+                id: c.listed.id.clone(),
+                name,
+                labels: c.listed.labels.unwrap_or_default(),
                 pod: (!c.pod.is_empty()).then_some(c.pod),
                 cgroup,
             });
