@@ -10,6 +10,7 @@
 //! throttles — is removed at the end, on error and on Ctrl-C.
 
 mod agents;
+mod arrival;
 mod capacity;
 pub mod cluster;
 pub mod lag;

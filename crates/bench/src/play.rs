@@ -5,6 +5,7 @@
 //! [`latency_from_logs`] turns fio's per-I/O logs into the latency figures.
 
 use crate::agents::{AgentPlan, Agents};
+use crate::arrival::Arrivals;
 use crate::capacity::CapacityKnob;
 use crate::session::{LogInfo, Session};
 use crate::truth::RigTruth;
@@ -254,6 +255,7 @@ struct Meter {
     diskstats: Vec<DiskStats>,
     disk: Vec<DiskStat>,
     truth: RigTruth,
+    arrivals: Arrivals,
 }
 
 /// The policy's decision times, and the tenants whose errors were said
@@ -411,7 +413,8 @@ impl<'s> Play<'s> {
                 return Err(BenchError::Interrupted);
             }
             let now = start.elapsed();
-            self.start_processes(&plan, &mut clock, now, &mut running)?;
+            self.start_processes(&plan, &mut clock, now, &mut running, &mut meter)?;
+            self.watch_arrivals(&mut meter.arrivals, now)?;
             self.change_device(&mut clock, now, &mut meter.truth)?;
             if let Some(agents) = self.agents.as_mut() {
                 agents.play_events(now)?;
@@ -425,12 +428,9 @@ impl<'s> Play<'s> {
                 // The time the counters really span: a stop of slow fio
                 // processes may have held the loop past the window's end,
                 // and a 1 s divisor would then show a burst and a gap.
-                let secs = now
-                    .saturating_sub(clock.last_window_at)
-                    .as_secs_f64()
-                    .max(1e-3);
+                let span = (clock.last_window_at, now);
                 clock.last_window_at = now;
-                let (tenants, device) = self.measure(&mut meter, demand, secs)?;
+                let (tenants, device) = self.measure(&mut meter, demand, span)?;
                 *demand = demand_now(&running);
                 // Every window the span covers gets its mean rates, so
                 // window k stays second k (the latency logs are binned so).
@@ -475,6 +475,7 @@ impl<'s> Play<'s> {
             diskstats,
             disk,
             truth: RigTruth::new(self.capacity.as_ref().map(CapacityKnob::spec)),
+            arrivals: Arrivals::new(scenario.tenants.len()),
         })
     }
 
@@ -485,9 +486,16 @@ impl<'s> Play<'s> {
         clock: &mut Clock,
         now: Duration,
         running: &mut [Vec<u32>],
+        meter: &mut Meter,
     ) -> Result<()> {
         while let Some(&c) = plan.get(clock.next_change).filter(|c| c.at <= now) {
             let job = job_of(self.scenario, c.tenant, c.job);
+            let managed = c.tenant < self.scenario.tenants.len();
+            if managed && c.numjobs > 0 && running[c.tenant].iter().all(|&n| n == 0) {
+                let counters =
+                    self.read_counters(c.tenant, &self.scenario.tenants[c.tenant].spec)?;
+                meter.arrivals.started(c.tenant, now, counters);
+            }
             let remaining = self.scenario.duration.saturating_sub(now).as_secs_f64() + 1.0;
             self.session.set_processes(
                 c.tenant,
@@ -579,18 +587,21 @@ impl<'s> Play<'s> {
         &mut self,
         meter: &mut Meter,
         demand: &[Option<Throughput>],
-        secs: f64,
+        (from, to): (Duration, Duration),
     ) -> Result<(Vec<TenantWindow>, DeviceWindow)> {
         let scenario = self.scenario;
+        let secs = to.saturating_sub(from).as_secs_f64().max(1e-3);
         let mut tenants = Vec::with_capacity(scenario.tenants.len());
         for (i, t) in scenario.tenants.iter().enumerate() {
             let cur = self.read_counters(i, &t.spec)?;
+            meter.arrivals.seen(i, to, &cur);
             let seq = seq_share(scenario, i);
             tenants.push(TenantWindow {
                 got: window_throughput(&meter.counters[i], &cur, secs, seq, &scenario.policy_model),
                 demand: demand[i],
                 mean_latency_ms: None,
                 cap_cost: None,
+                active_share: meter.arrivals.active_share(i, from, to),
             });
             meter.counters[i] = cur;
         }
@@ -616,6 +627,17 @@ impl<'s> Play<'s> {
             unmanaged: None,
         };
         Ok((tenants, device))
+    }
+
+    /// Looks at the counters of the tenants started and not yet seen doing
+    /// I/O ([`Arrivals`]).
+    fn watch_arrivals(&mut self, arrivals: &mut Arrivals, now: Duration) -> Result<()> {
+        let waiting: Vec<usize> = arrivals.waiting().collect();
+        for i in waiting {
+            let counters = self.read_counters(i, &self.scenario.tenants[i].spec)?;
+            arrivals.seen(i, now, &counters);
+        }
+        Ok(())
     }
 
     /// When the loop next has something to do (at most the run's end).

@@ -85,6 +85,7 @@ mod tests {
             demand: None,
             mean_latency_ms: None,
             cap_cost: None,
+            active_share: None,
         }
     }
 

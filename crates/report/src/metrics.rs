@@ -9,7 +9,8 @@ fn window_missed(run: &RunRecord, i: usize, w: &TenantWindow) -> Option<bool> {
     let t = &run.tenants[i];
     let floor = t.floor.map(|f| f.value());
     let demand = w.demand.map(|d| d.in_unit(t.unit));
-    let entitled = entitlement(floor, demand)?;
+    let active = w.active_share.map_or(1.0, |a| a.clamp(0.0, 1.0));
+    let entitled = entitlement(floor, demand)? * active;
     if entitled <= 0.0 {
         return None;
     }
@@ -449,6 +450,7 @@ mod tests {
             }),
             mean_latency_ms: None,
             cap_cost: None,
+            active_share: None,
         }
     }
 
@@ -514,6 +516,18 @@ mod tests {
         assert_eq!(m.tenants[0].min, 40.0);
         assert_eq!(m.tenants[0].max, 100.0);
         assert!((m.protected_p99_ratio.unwrap() - 1.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_window_the_tenant_began_in_is_judged_on_its_share_of_the_floor() {
+        // Floor 100 (see `run`); the I/O began 0.6 s into window 2 and ran
+        // at 150 a second there: 60 is met for 40 % of the window, not for
+        // 70 %.
+        let mut r = run(&[(0.0, 200.0), (100.0, 200.0), (60.0, 200.0)], vec![]);
+        r.windows[2].tenants[0].active_share = Some(0.4);
+        assert_eq!(measure(&r).floor_miss_rate, 0.0);
+        r.windows[2].tenants[0].active_share = Some(0.7);
+        assert!((measure(&r).floor_miss_rate - 0.5).abs() < 1e-12);
     }
 
     #[test]

@@ -68,6 +68,13 @@ pub struct TenantWindow {
     pub mean_latency_ms: Option<f64>,
     /// The cost cap in force at the window's end (None: unlimited).
     pub cap_cost: Option<f64>,
+    /// The share of the window after the tenant's I/O began, where it
+    /// began within the window (`None`: the whole window). Its floor there
+    /// is judged pro rata: a closed-loop tenant's fio processes take up to
+    /// half a second to issue their first I/O after they are started, and
+    /// no policy serves a floor's worth in what is left of the second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_share: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

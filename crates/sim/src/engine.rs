@@ -825,6 +825,7 @@ impl<'s> Engine<'s> {
                     mean_latency_ms: (acc.ios > 0)
                         .then(|| acc.latency_ns as f64 / acc.ios as f64 / 1e6),
                     cap_cost: None,
+                    active_share: None,
                 }
             })
             .collect();
