@@ -198,10 +198,10 @@ const ENFORCEMENT_MARGIN: f64 = 1.05;
 /// back hard in contention, but never stopped dead.
 const MIN_CAP: f64 = 0.001;
 
-/// A held cap may grow by this share of the capacity in one interval
-/// whatever the release factor allows: from a cap near zero (a tenant held
-/// hard through an overload) the factor alone gives back what the device
-/// has only slowly (on the rig, 1 → 175 IOPS took 13 intervals).
+/// A cap, held or loosened, may grow by this share of the capacity in one
+/// interval whatever the release factor allows: from a cap near zero (a
+/// tenant held hard through an overload) the factor alone gives back what
+/// the device has only slowly (on the rig, 1 → 175 IOPS took 13 intervals).
 const RELEASE_STEP: f64 = 0.05;
 
 /// Use/cap ratio from which a tenant counts as held at its cap.
@@ -756,7 +756,10 @@ impl<'a> CapRules<'a> {
     fn loosen(&self, i: usize, own_part: f64) -> Decided {
         let prev_cap = self.priced.prev[i].cap;
         let loosened = match prev_cap {
-            Some(old) => self.limited(i, old * self.params.release_factor),
+            Some(old) => self.limited(
+                i,
+                (old * self.params.release_factor).max(old + RELEASE_STEP * self.capacity),
+            ),
             None => {
                 let ceiling = self.tenants[i].ceiling;
                 ceiling.is_finite().then_some(ceiling)
@@ -1481,6 +1484,28 @@ mod tests {
             (2.0 + RELEASE_STEP * 1000.0 * 0.99..=970.0 - 300.0 + 1.0).contains(&next),
             "{next}"
         );
+    }
+
+    /// The same when nothing needs holding back: a cap loosened from near
+    /// zero also grows by a step of the device, not only by the factor.
+    #[test]
+    fn a_cap_loosened_from_near_zero_grows_by_a_step_of_the_device() {
+        let mut p = FloorPolicy::new(FloorParams::default(), ctx());
+        let t = |noisy: f64, noisy_caps: Caps| {
+            vec![
+                tenant("noisy", None, writes64k(noisy), noisy_caps),
+                tenant("q", Some(300.0), writes64k(300.0), Caps::NONE),
+            ]
+        };
+        p.decide(&snap(&t(900.0, Caps::NONE), 1));
+        p.state.get_mut("noisy").unwrap().cap = Some(0.002);
+        let tiny = Caps {
+            write_iops: Some(2.0),
+            ..Caps::NONE
+        };
+        // Using half of its 2 IOPS, on a device a third busy: not held.
+        let next = p.decide(&snap(&t(1.0, tiny), 2))[0].write_iops.unwrap();
+        assert!(next >= 2.0 + RELEASE_STEP * 1000.0 * 0.99, "{next}");
     }
 
     #[test]
