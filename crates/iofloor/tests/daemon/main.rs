@@ -362,12 +362,13 @@ floor = "375iops"
     // this guards against floors collapsing as they did before (~72 %).
     // With looks between intervals (the default) measured 109/111 here and
     // 108/108, 109/110 judged by fio's logs (scripts/daemon-cut.sh), a
-    // little noisier: held to not collapsing.
-    let least = if watch_interval == Some("0s") {
-        0.98
-    } else {
-        0.95
-    };
+    // little noisier: held to not collapsing. Without looks, on 2026-11-29,
+    // 107-109/111 in 4 runs, with and without that day's capacity-loop
+    // changes alike: a probe below the model overshoots the cut device
+    // about 6 s after the cut and once more later, and with no look the
+    // queue stands for the whole interval (one quiet window each). Held to
+    // not collapsing too, by the same bound.
+    let least = 0.95;
     assert!(
         share >= least,
         "floors met in {:.1} % of windows",
