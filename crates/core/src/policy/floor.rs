@@ -1458,6 +1458,15 @@ mod tests {
         assert!(seen.len() >= 2, "released in steps, not at once: {seen:?}");
     }
 
+    /// A noisy tenant without a floor using `noisy` under `noisy_caps`,
+    /// beside one with a floor of 300 IOPS that uses it.
+    fn noisy_beside_a_quiet_floor(noisy: f64, noisy_caps: Caps) -> Vec<TenantSample> {
+        vec![
+            tenant("noisy", None, writes64k(noisy), noisy_caps),
+            tenant("q", Some(300.0), writes64k(300.0), Caps::NONE),
+        ]
+    }
+
     /// A tenant held near nothing (as through an overload) gets room back
     /// by a step of the device, not only by the release factor from its
     /// tiny cap: 2 IOPS × 1.5 per interval would take ten intervals to
@@ -1465,12 +1474,7 @@ mod tests {
     #[test]
     fn a_cap_held_near_zero_grows_by_a_step_of_the_device() {
         let mut p = FloorPolicy::new(FloorParams::default(), ctx());
-        let t = |noisy: f64, noisy_caps: Caps| {
-            vec![
-                tenant("noisy", None, writes64k(noisy), noisy_caps),
-                tenant("q", Some(300.0), writes64k(300.0), Caps::NONE),
-            ]
-        };
+        let t = noisy_beside_a_quiet_floor;
         let first = p.decide(&snap(&t(900.0, Caps::NONE), 1))[0];
         assert!(first.write_iops.is_some(), "held at first: {first:?}");
         // As an overload would have left it: held at 2 IOPS, and pressing.
@@ -1491,12 +1495,7 @@ mod tests {
     #[test]
     fn a_cap_loosened_from_near_zero_grows_by_a_step_of_the_device() {
         let mut p = FloorPolicy::new(FloorParams::default(), ctx());
-        let t = |noisy: f64, noisy_caps: Caps| {
-            vec![
-                tenant("noisy", None, writes64k(noisy), noisy_caps),
-                tenant("q", Some(300.0), writes64k(300.0), Caps::NONE),
-            ]
-        };
+        let t = noisy_beside_a_quiet_floor;
         p.decide(&snap(&t(900.0, Caps::NONE), 1));
         p.state.get_mut("noisy").unwrap().cap = Some(0.002);
         let tiny = Caps {
