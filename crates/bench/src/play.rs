@@ -23,7 +23,7 @@ use iofloor_host::fio;
 use iofloor_host::kernel_control::{IoCostQos, KernelControl, KernelSetup};
 use iofloor_host::qmp_backend::{HybridBackend, QmpBackend, QmpTarget};
 use iofloor_host::CgroupBackend;
-use iofloor_report::record::{DeviceWindow, TenantWindow, Throughput, Window};
+use iofloor_report::record::{CapacityTraceEntry, DeviceWindow, TenantWindow, Throughput, Window};
 use iofloor_scenario::format::{Job, Scenario, UnmanagedOrigin};
 use iofloor_scenario::{DecisionStats, KernelPeer, LatencyRecorder, RawRun};
 use std::path::{Path, PathBuf};
@@ -101,8 +101,9 @@ pub(crate) fn play(
     Ok(RawRun {
         windows,
         latency,
-        decisions,
+        decisions: decisions.stats,
         ios_completed,
+        capacity_trace: decisions.capacity_trace,
     })
 }
 
@@ -263,6 +264,8 @@ struct Meter {
 #[derive(Default)]
 struct Decisions {
     stats: DecisionStats,
+    /// The capacity loop's judgement of each decision, at seconds from the start.
+    capacity_trace: Vec<CapacityTraceEntry>,
     errors_seen: std::collections::HashSet<String>,
 }
 
@@ -379,7 +382,7 @@ impl<'s> Play<'s> {
         &mut self,
         stop: &AtomicBool,
         progress: &(dyn Fn(f64) + Sync),
-    ) -> Result<(Vec<Window>, DecisionStats)> {
+    ) -> Result<(Vec<Window>, Decisions)> {
         let scenario = self.scenario;
         let model = scenario.policy_model;
         let n = scenario.tenants.len();
@@ -454,7 +457,7 @@ impl<'s> Play<'s> {
             let wake = self.next_wake(&clock, &plan, now);
             std::thread::sleep((wake - now).min(Duration::from_millis(50)));
         }
-        Ok((windows, decisions.stats))
+        Ok((windows, decisions))
     }
 
     /// The counters every window is measured from, as they are now.
@@ -582,6 +585,12 @@ impl<'s> Play<'s> {
             ctrl.tick(now, &mut self.backends[0])
         };
         decisions.stats.record(report.decision_time);
+        if let Some(step) = ctrl.capacity_step() {
+            decisions.capacity_trace.push(CapacityTraceEntry {
+                t: now.as_secs_f64(),
+                step,
+            });
+        }
         for (tenant, e) in report.errors {
             if decisions.errors_seen.insert(tenant.clone()) {
                 eprintln!("warning: tenant {tenant}: {e}");

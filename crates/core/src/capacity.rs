@@ -181,6 +181,35 @@ pub enum Verdict {
     Idle,
 }
 
+/// One interval as the loop judged it: what it was shown, its verdict and
+/// what it learned, for traces (`iofloor bench` and `iofloor sim` keep every
+/// decision's in their run records): the figures an operator or a developer
+/// needs to see why the estimate moved, without rerunning anything.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CapacityStep {
+    pub verdict: Verdict,
+    /// The estimate after the interval, cost units per second.
+    pub estimate: f64,
+    /// The level recovered to fast (the last overload's, or the model's).
+    pub level: f64,
+    /// Intervals a probe past that level waits after an overload.
+    pub probe_wait: u32,
+    /// What the threshold judged: the target, the knee (on the queue) or
+    /// the automatic baseline's multiple, in µs where a latency judges.
+    pub threshold_us: Option<f64>,
+    pub latency_us: Option<f64>,
+    pub avg_queue: Option<f64>,
+    pub served: f64,
+    pub floors_need: f64,
+    pub held_by_device: bool,
+    pub wants_more: bool,
+    pub floor_short: bool,
+    pub floor_short_by_device: bool,
+    pub newcomer: bool,
+    pub departed: bool,
+    pub early: bool,
+}
+
 /// How overload is judged.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CapacitySettings {
@@ -420,6 +449,8 @@ pub struct CapacityLoop {
     /// Level of the last overload, and intervals since.
     last_overload: Option<(f64, u32)>,
     verdict: Verdict,
+    /// The last interval as judged, for traces.
+    last_step: Option<CapacityStep>,
 }
 
 impl CapacityLoop {
@@ -456,6 +487,7 @@ impl CapacityLoop {
             learn_backoff: PROBE_WAIT_FIRST,
             last_overload: None,
             verdict: Verdict::Unknown,
+            last_step: None,
         }
     }
 
@@ -482,6 +514,11 @@ impl CapacityLoop {
 
     pub fn verdict(&self) -> Verdict {
         self.verdict
+    }
+
+    /// The last interval as judged ([`CapacityStep`]); `None` before the first.
+    pub fn last_step(&self) -> Option<CapacityStep> {
+        self.last_step
     }
 
     /// The lowest mean device latency of the last [`BASELINE_WINDOW`] intervals (µs).
@@ -732,7 +769,29 @@ impl CapacityLoop {
             // past what it could serve and overloaded every other interval).
             self.recent_points.clear();
         }
+        self.last_step = Some(self.step_of(obs));
         self.estimate
+    }
+
+    fn step_of(&self, obs: &Observation) -> CapacityStep {
+        CapacityStep {
+            verdict: self.verdict,
+            estimate: self.estimate,
+            level: self.reference(),
+            probe_wait: self.probe_wait,
+            threshold_us: self.latency_threshold_us(),
+            latency_us: obs.latency_us,
+            avg_queue: obs.avg_queue,
+            served: obs.served,
+            floors_need: obs.floors_need,
+            held_by_device: obs.held_by_device,
+            wants_more: obs.wants_more,
+            floor_short: obs.floor_short,
+            floor_short_by_device: obs.floor_short_by_device,
+            newcomer: obs.newcomer,
+            departed: obs.departed,
+            early: obs.early,
+        }
     }
 
     /// Ages what the loop remembers by one interval: the last interval's

@@ -272,6 +272,11 @@ impl Controller {
         self.policy.capacity_estimate()
     }
 
+    /// How the policy's capacity loop judged the last decision's interval.
+    pub fn capacity_step(&self) -> Option<crate::capacity::CapacityStep> {
+        self.policy.capacity_step()
+    }
+
     /// Whether the floors fit the device as the policy now sees it.
     pub fn feasibility(&self) -> Option<crate::policy::Feasibility> {
         self.policy.feasibility()

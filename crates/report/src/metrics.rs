@@ -493,6 +493,7 @@ mod tests {
             decision_time_us_max: 1.0,
             decision_time_us_mean: 1.0,
             ios_completed: 0,
+            capacity_trace: Vec::new(),
         }
     }
 

@@ -184,6 +184,18 @@ pub struct RunRecord {
     pub decision_time_us_mean: f64,
     /// I/Os completed in the run (all tenants), for throughput-of-simulation figures.
     pub ios_completed: u64,
+    /// Every decision's judgement by the policy's capacity loop, in order,
+    /// where it learns capacity: why the learned capacity moved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_trace: Vec<CapacityTraceEntry>,
+}
+
+/// One decision of the capacity loop, at `t` seconds from the run's start.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CapacityTraceEntry {
+    pub t: f64,
+    #[serde(flatten)]
+    pub step: iofloor_core::capacity::CapacityStep,
 }
 
 impl RunRecord {

@@ -10,7 +10,7 @@ use iofloor_core::policy::PolicyKind;
 use iofloor_core::units::RateUnit;
 use iofloor_core::CostParams;
 use iofloor_report::record::{
-    Environment, GroupInfo, LatencySummary, RunRecord, TenantInfo, Window,
+    CapacityTraceEntry, Environment, GroupInfo, LatencySummary, RunRecord, TenantInfo, Window,
 };
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -26,6 +26,8 @@ pub struct RawRun {
     pub latency: Vec<LatencySummary>,
     pub decisions: DecisionStats,
     pub ios_completed: u64,
+    /// Every decision's judgement by the capacity loop (see `RunRecord`).
+    pub capacity_trace: Vec<CapacityTraceEntry>,
 }
 
 /// Facts about the machine a platform runs on, for the records' environment.
@@ -456,6 +458,7 @@ fn assemble<T: Platform>(
         decision_time_us_max: run.decisions.max_us(),
         decision_time_us_mean: run.decisions.mean_us(),
         ios_completed: run.ios_completed,
+        capacity_trace: run.capacity_trace,
     }
 }
 

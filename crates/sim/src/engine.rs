@@ -9,7 +9,9 @@ use iofloor_core::control::{Backend, Controller, Counters, DeviceCounters};
 use iofloor_core::model::{Caps, Direction, TenantClass, TenantSpec};
 use iofloor_core::policy::{self, PolicyContext};
 use iofloor_core::units::Rate;
-use iofloor_report::record::{DeviceWindow, LatencySummary, TenantWindow, Throughput, Window};
+use iofloor_report::record::{
+    CapacityTraceEntry, DeviceWindow, LatencySummary, TenantWindow, Throughput, Window,
+};
 use iofloor_scenario::format::{ClusterEventKind, Job, JobState, Scenario, UnmanagedOrigin};
 use iofloor_scenario::{Control, DecisionStats, LatencyRecorder};
 use rand::rngs::ChaCha8Rng;
@@ -344,6 +346,8 @@ pub struct EngineOutput {
     pub windows: Vec<Window>,
     pub latency: Vec<LatencySummary>,
     pub decisions: DecisionStats,
+    /// The capacity loop's judgement of each decision (one host only).
+    pub capacity_trace: Vec<CapacityTraceEntry>,
     pub ios_completed: u64,
     pub ios_issued: u64,
     pub ios_in_flight: u64,
@@ -866,7 +870,13 @@ impl<'s> Engine<'s> {
 
     /// One control interval of whatever drives the throttles; `early`: cut
     /// short by a look (one host only).
-    fn control(&mut self, driver: &mut Driver, decisions: &mut DecisionStats, early: bool) {
+    fn control(
+        &mut self,
+        driver: &mut Driver,
+        decisions: &mut DecisionStats,
+        trace: &mut Vec<CapacityTraceEntry>,
+        early: bool,
+    ) {
         let now = Duration::from_nanos(self.now);
         match driver {
             Driver::Nothing => {}
@@ -882,6 +892,12 @@ impl<'s> Engine<'s> {
                 };
                 decisions.record(report.decision_time);
                 self.capacity_estimate = c.capacity_estimate();
+                if let Some(step) = c.capacity_step() {
+                    trace.push(CapacityTraceEntry {
+                        t: now.as_secs_f64(),
+                        step,
+                    });
+                }
             }
             Driver::HostsAlone(controllers) => {
                 for (h, c) in controllers.iter_mut().enumerate() {
@@ -909,6 +925,7 @@ impl<'s> Engine<'s> {
         let mut run = Run {
             driver: self.driver(control),
             decisions: DecisionStats::default(),
+            capacity_trace: Vec::new(),
             generation: 0,
             end,
             interval: self.sc.interval.as_nanos() as u64,
@@ -1007,7 +1024,12 @@ impl<'s> Engine<'s> {
     /// A decision (an early one after a look), and the next one an
     /// interval from now.
     fn decide(&mut self, run: &mut Run, early: bool) {
-        self.control(&mut run.driver, &mut run.decisions, early);
+        self.control(
+            &mut run.driver,
+            &mut run.decisions,
+            &mut run.capacity_trace,
+            early,
+        );
         if self.now + run.interval <= run.end {
             self.push(self.now + run.interval, Kind::Control, run.generation, 0);
         }
@@ -1091,6 +1113,7 @@ impl<'s> Engine<'s> {
             windows: self.windows,
             latency,
             decisions: run.decisions,
+            capacity_trace: run.capacity_trace,
             ios_completed: self.completed,
             ios_issued: self.issued,
             ios_in_flight: in_flight,
@@ -1106,6 +1129,7 @@ impl<'s> Engine<'s> {
 struct Run {
     driver: Driver,
     decisions: DecisionStats,
+    capacity_trace: Vec<CapacityTraceEntry>,
     generation: u32,
     end: u64,
     interval: u64,

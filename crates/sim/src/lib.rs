@@ -77,6 +77,7 @@ impl Platform for Simulator {
             latency: out.latency,
             decisions: out.decisions,
             ios_completed: out.ios_completed,
+            capacity_trace: out.capacity_trace,
         })
     }
 

@@ -353,6 +353,36 @@ fn capacity_is_learned_from_what_the_device_can_do() {
     let most = learned.iter().copied().fold(0.0, f64::max);
     assert!(mean >= 2.7, "learned {mean} of the device's 3.0 on average");
     assert!(most <= 3.0 * 1.05, "learned {most}, past the device's 3.0");
+    // Why it moved is in the record: one judgement a decision (one a second
+    // here, no look decided early), the last before a window's end giving
+    // the estimate that window shows (a decision at its very end comes
+    // after it is measured).
+    let trace = &run.capacity_trace;
+    assert!(
+        trace.len() as f64 >= sc.duration.as_secs_f64() - 1.0,
+        "{} judgements in {:?}",
+        trace.len(),
+        sc.duration
+    );
+    assert!(trace.windows(2).all(|w| w[0].t < w[1].t));
+    let learned_at = |t: f64| {
+        trace
+            .iter()
+            .rev()
+            .find(|e| e.t < t - 1e-9)
+            .map(|e| e.step.estimate)
+    };
+    for w in run.windows.iter().skip(1) {
+        let Some(shown) = w.device.capacity else {
+            continue;
+        };
+        let judged = learned_at(w.t + 1.0).unwrap();
+        assert!(
+            (judged - shown).abs() < 1e-9,
+            "at {}: {judged} against {shown}",
+            w.t
+        );
+    }
     // A host's agent killed for good: its tenants run on at the caps it
     // left, their load stays reserved, and every floor holds through a
     // 30 % capacity cut nobody announced more than ten minutes later (an

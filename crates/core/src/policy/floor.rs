@@ -225,6 +225,8 @@ pub struct FloorPolicy {
     feasibility: Option<Feasibility>,
     /// Step 2's verdict of the last decision, for `Policy::verdicts`.
     contended: bool,
+    /// The last decision had device figures for the capacity loop.
+    judged_device: bool,
 }
 
 /// One tenant's figures for a decision, all in cost units per second.
@@ -257,6 +259,7 @@ impl FloorPolicy {
             ),
             feasibility: None,
             contended: false,
+            judged_device: false,
             params,
             ctx,
         }
@@ -270,6 +273,10 @@ impl Policy for FloorPolicy {
 
     fn capacity_estimate(&self) -> Option<f64> {
         Some(self.capacity.estimate())
+    }
+
+    fn capacity_step(&self) -> Option<crate::capacity::CapacityStep> {
+        self.capacity.last_step().filter(|_| self.judged_device)
     }
 
     fn resume_capacity(&mut self, estimate: f64) {
@@ -972,7 +979,9 @@ impl FloorPolicy {
         priced: &Pricing,
         early_seen: Option<&DeviceSample>,
     ) -> DeviceVerdict {
-        let capacity = match self.observe(snapshot, priced, early_seen) {
+        let observation = self.observe(snapshot, priced, early_seen);
+        self.judged_device = observation.is_some();
+        let capacity = match observation {
             Some(observation) => self.capacity.update(&observation),
             None => self.capacity.estimate(),
         };

@@ -38,6 +38,13 @@ pub trait Policy: Send {
         None
     }
 
+    /// How the capacity loop judged the interval of the last decision, for
+    /// traces; `None` for policies that do not learn capacity, and for a
+    /// decision that had no device figures to judge.
+    fn capacity_step(&self) -> Option<crate::capacity::CapacityStep> {
+        None
+    }
+
     /// Starts from a capacity another instance learned (a new cluster
     /// allocator taking over from the last allocation), as the level last
     /// known good: no probing past it until the device has shown room for a
