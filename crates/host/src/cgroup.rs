@@ -124,7 +124,20 @@ fn read_file(path: &Path) -> Result<String> {
 }
 
 fn write_file(path: &Path, text: &str) -> Result<()> {
-    fs::write(path, text).map_err(|e| HostError::io(path, e))
+    write_existing(path, text).map_err(|e| HostError::io(path, e))
+}
+
+/// Writes a control file that must already be there. `fs::write` would try
+/// to create a missing one, and cgroupfs answers a create with EACCES: a
+/// v2 `io.max` gone because the parent stopped enabling io read
+/// "Permission denied" instead of the file missing and why (seen live).
+fn write_existing(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)?
+        .write_all(text.as_bytes())
 }
 
 /// Builds the controller the hierarchy at `root` offers.
@@ -259,6 +272,10 @@ pub fn parse_v1_limit(text: &str, dev: DevId, origin: &Path) -> Result<Option<f6
 /// bits (v1 and v2), with `u32::MAX` meaning none, and truncates a larger
 /// number written to it: 2^32 + 5 IOPS would become a limit of 5.
 pub const MAX_IOPS_LIMIT: u64 = u32::MAX as u64 - 1;
+
+/// The smallest limit cgroup v2's `io.max` takes, for IOPS and bytes alike
+/// (the kernel's parser keeps a value only above 1).
+pub const V2_SMALLEST_LIMIT: u64 = 2;
 
 /// The largest bytes-per-second limit written (4 EiB/s): `u64::MAX` means
 /// none, and numbers near it do not survive the trip through an f64.
@@ -459,7 +476,18 @@ impl IoController for IoV2 {
     }
 
     fn adjust_caps(&self, cgroup: &Path, caps: &Caps, tolerance: f64) -> Result<()> {
+        // v2 refuses a limit of 1 (EINVAL; 2 and up are taken, measured on
+        // Debian's 6.1): a tenant held at 1 IOPS was left uncapped, its
+        // write failing each interval. Held at 2 instead, it is still
+        // stopped all but dead, as the policy meant.
+        let at_least = |v: Option<f64>| v.map(|x| x.max(V2_SMALLEST_LIMIT as f64));
         let caps = writable(caps);
+        let caps = Caps {
+            read_iops: at_least(caps.read_iops),
+            write_iops: at_least(caps.write_iops),
+            read_bps: at_least(caps.read_bps),
+            write_bps: at_least(caps.write_bps),
+        };
         // One line holds every limit, so one write restarts the slice
         // (v2 runs the same blk-throttle): skipped when all are close.
         // A limit that cannot be read is written (the write says why not).
@@ -484,7 +512,7 @@ impl IoController for IoV2 {
             f(caps.write_iops)
         );
         let path = self.root.join(cgroup).join("io.max");
-        fs::write(&path, &line).map_err(|e| v2_io_file_error(&path, e))
+        write_existing(&path, &line).map_err(|e| v2_io_file_error(&path, e))
     }
 }
 
@@ -721,9 +749,23 @@ mod tests {
         v2.set_caps(Path::new("t"), &iops(1031.0)).unwrap();
         assert_eq!(v2.caps(Path::new("t")).unwrap(), iops(1031.0));
         // A file that cannot be read is written all the same.
-        fs::remove_file(&io_max).unwrap();
+        fs::write(&io_max, "7:0 riops=garbage\n").unwrap();
         adjust(1031.0).unwrap();
         assert_eq!(v2.caps(Path::new("t")).unwrap(), iops(1031.0));
+        // v2 takes no limit of 1: the least written is 2.
+        v2.set_caps(Path::new("t"), &iops(0.4)).unwrap();
+        assert_eq!(
+            fs::read_to_string(&io_max).unwrap(),
+            "7:0 rbps=max wbps=max riops=2 wiops=max"
+        );
+        // A file that is gone is not made (cgroupfs refuses a create with
+        // EACCES): the error says the file is missing and why.
+        fs::remove_file(&io_max).unwrap();
+        let e = adjust(500.0).unwrap_err().to_string();
+        assert!(
+            !io_max.exists() && e.contains("io.max") && e.contains("+io"),
+            "{e}"
+        );
     }
 
     #[test]
