@@ -57,6 +57,8 @@ struct GroupEntry {
     weight: Option<f64>,
     /// The group this one is in.
     group: Option<String>,
+    /// The cgroup its members live under: on cgroup v2, where their caps go, added up.
+    cgroup: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -367,6 +369,10 @@ pub struct TenantConfig {
     pub latency_sensitive: bool,
     /// The group its tenants are in (every match of a glob).
     pub group: Option<Arc<GroupSpec>>,
+    /// That group's own cgroup (`[[group]] cgroup`), relative to the
+    /// cgroup root: on cgroup v2 its members' caps go to its `io.max`,
+    /// added up, where they live under it.
+    pub group_cgroup: Option<PathBuf>,
     /// `share = "vm"`: the floor, ceiling and weight are each VM's, shared
     /// by its disks (a group per VM, in `group` if given).
     pub share: Option<Share>,
@@ -953,6 +959,7 @@ impl Checker<'_> {
             weight,
             latency_sensitive: t.latency_sensitive,
             group: None,
+            group_cgroup: None,
             share: t.share,
         })
     }
@@ -1097,10 +1104,12 @@ impl Checker<'_> {
     ) -> Result<Vec<Arc<GroupSpec>>, ConfigError> {
         use iofloor_core::hierarchy::{build_groups, check_member_floors, GroupDef};
         let spans: Vec<std::ops::Range<usize>> = entries.iter().map(|e| e.span()).collect();
+        let mut cgroups = Vec::with_capacity(entries.len());
         let defs: Vec<GroupDef> = entries
             .into_iter()
             .map(|e| {
                 let g = e.into_inner();
+                cgroups.push(g.cgroup);
                 GroupDef {
                     name: g.name,
                     floor: g.floor.map(|f| f.0),
@@ -1113,6 +1122,15 @@ impl Checker<'_> {
         let at = |(i, e): (usize, ValidationError)| {
             self.error(spans.get(i), e.under(&format!("group[{i}]")))
         };
+        let cgroups = cgroups
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                c.map(|c| self.group_cgroup(&c))
+                    .transpose()
+                    .map_err(|e| at((i, e)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let groups = build_groups(&defs).map_err(at)?;
         if let Some(i) = defs
             .iter()
@@ -1134,11 +1152,80 @@ impl Checker<'_> {
                 ));
             };
             tenants[ti].group = Some(groups[g].clone());
+            tenants[ti].group_cgroup = cgroups[g].clone();
             members.push((g, tenants[ti].floor));
         }
         check_member_floors(&groups, members).map_err(at)?;
+        if let Some(e) = one_limit_refused(&groups, &cgroups, tenants) {
+            return Err(at(e));
+        }
         Ok(groups)
     }
+
+    /// A `[[group]]`'s `cgroup`: one cgroup's path under the root, as a
+    /// tenant's (no glob: a group has one cgroup).
+    fn group_cgroup(&self, cgroup: &str) -> Result<PathBuf, ValidationError> {
+        self.not_a_mount_path(cgroup)?;
+        let c = cgroup.trim_start_matches('/');
+        if c.is_empty() || c.split('/').any(|part| part == "..") || c.contains(['*', '?', '[']) {
+            return Err(ValidationError::new(
+                "cgroup",
+                format!("`{cgroup}` must name one cgroup under the root, without `..` or a glob"),
+            ));
+        }
+        Ok(PathBuf::from(c))
+    }
+}
+
+/// Why a group with a `cgroup` cannot hold its members' caps as one limit
+/// there, if it cannot: one limit holds what the members may use together,
+/// so no member may have a floor or ceiling of its own, nor be a group.
+fn one_limit_refused(
+    groups: &[Arc<GroupSpec>],
+    cgroups: &[Option<PathBuf>],
+    tenants: &[TenantConfig],
+) -> Option<(usize, ValidationError)> {
+    let refused = |g: &GroupSpec, why: String| {
+        ValidationError::new(
+            "cgroup",
+            format!(
+                "`{}`'s members share one limit on its cgroup, so {why}; without `cgroup` \
+                 each member is capped on its own",
+                g.name
+            ),
+        )
+    };
+    for (i, g) in groups.iter().enumerate() {
+        if cgroups[i].is_none() {
+            continue;
+        }
+        let member = tenants.iter().find(|t| {
+            t.group.as_ref().is_some_and(|m| m.name == g.name)
+                && (t.floor.is_some() || t.ceiling.is_some())
+        });
+        if let Some(t) = member {
+            return Some((
+                i,
+                refused(
+                    g,
+                    format!(
+                        "member `{}` may not have a floor or ceiling of its own",
+                        t.name
+                    ),
+                ),
+            ));
+        }
+        if let Some(inner) = groups
+            .iter()
+            .find(|o| o.parent.as_ref().is_some_and(|p| p.name == g.name))
+        {
+            return Some((
+                i,
+                refused(g, format!("group `{}` may not be inside it", inner.name)),
+            ));
+        }
+    }
+    None
 }
 
 impl Config {
@@ -1369,6 +1456,7 @@ fn labelled_tenants(
             weight: iofloor_core::model::DEFAULT_WEIGHT,
             latency_sensitive: false,
             group: None,
+            group_cgroup: None,
             share: None,
         });
     }
@@ -1733,6 +1821,51 @@ weight = 200
             "{e}"
         );
         assert_eq!(e.line, Some(20), "{e}");
+    }
+
+    #[test]
+    fn a_group_with_a_cgroup_holds_plain_members_and_refuses_the_rest_at_its_line() {
+        let device = "[[device]]\nname = \"data\"\nid = \"7:0\"\nmodel = { rbps = 1e9, rseqiops = 1e3, rrandiops = 1e3, wbps = 1e9, wseqiops = 1e3, wrandiops = 1e3 }\n";
+        let tenants =
+            "[[tenant]]\nname = \"staff\"\ncgroup = \"customers/acme/*\"\ngroup = \"acme\"\n";
+        let with = |group: &str| {
+            format!(
+                "{device}\n{tenants}\n[[group]]\nname = \"acme\"\nfloor = \"400 IOPS\"\n{group}"
+            )
+        };
+        let c = parse(&with("cgroup = \"/customers/acme\"\n")).unwrap();
+        assert_eq!(
+            c.tenants[0].group_cgroup.as_deref(),
+            Some(Path::new("customers/acme"))
+        );
+        let c = parse(&with("")).unwrap();
+        assert_eq!(c.tenants[0].group_cgroup, None);
+        for bad in ["customers/*", "../x", "", "/"] {
+            let e = error_of(&with(&format!("cgroup = \"{bad}\"\n")));
+            assert!(
+                e.message.starts_with("`group[0].cgroup`") && e.message.contains("one cgroup"),
+                "{bad}: {e}"
+            );
+            assert_eq!(e.line, Some(11), "{e}");
+        }
+        let e = error_of(&with("cgroup = \"/sys/fs/cgroup/customers/acme\"\n"));
+        assert!(e.message.contains("e.g. `customers/acme`"), "{e}");
+        // One limit for all: no member with a promise of its own.
+        let e = error_of(&format!(
+            "{device}\n[[tenant]]\nname = \"db\"\ncgroup = \"c/db\"\nfloor = \"100 IOPS\"\ngroup = \"acme\"\n\n[[group]]\nname = \"acme\"\ncgroup = \"c\"\n"
+        ));
+        assert!(
+            e.message.contains("`group[0].cgroup` `acme`'s members share one limit on its cgroup, so member `db` may not have a floor or ceiling of its own"),
+            "{e}"
+        );
+        // Nor a group inside it.
+        let e = error_of(&format!(
+            "{device}\n{tenants}\n[[group]]\nname = \"acme\"\ncgroup = \"c\"\n\n[[group]]\nname = \"team\"\ngroup = \"acme\"\n"
+        ));
+        assert!(
+            e.message.contains("group `team` may not be inside it"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -67,6 +67,17 @@ pub(super) fn spec_of(
         (TenantSource::Kubernetes { .. }, FoundKind::Cgroup(rel)) => {
             crate::kubernetes::pod_of(rel).map(|uid| (format!("{}/{uid}", t.name), cgroup_v2))
         }
+        (_, FoundKind::Cgroup(rel)) if cgroup_v2 && group_holds(t, rel).is_some() => {
+            // A `[[group]]` with a cgroup this tenant lives under: its
+            // members' caps go there, added up (v2 bounds a subtree).
+            if let Some(g) = &spec.group {
+                spec.group = Some(Arc::new(GroupSpec {
+                    shared_limit: true,
+                    ..(**g).clone()
+                }));
+            }
+            None
+        }
         _ => None,
     };
     if let Some((name, shared_limit)) = holder {
@@ -143,6 +154,19 @@ fn pod_group(t: &TenantConfig, found: &Found) -> Option<GroupSpec> {
 /// changes on cgroup v2 (a group's name, never a tenant's).
 fn pod_key(group: &str) -> String {
     format!("{group} (pod cgroup)")
+}
+
+/// The state file's key for a `[[group]]`'s own cgroup, as for a pod's.
+fn group_key(group: &str) -> String {
+    format!("{group} (group cgroup)")
+}
+
+/// The cgroup of `t`'s `[[group]]` if the tenant at `rel` lives under it
+/// (below it, not the group's cgroup itself).
+fn group_holds<'a>(t: &'a TenantConfig, rel: &Path) -> Option<&'a Path> {
+    t.group_cgroup
+        .as_deref()
+        .filter(|g| rel != *g && rel.starts_with(g))
 }
 
 /// A QEMU throttle group's name for an iofloor group: QEMU takes letters,
@@ -299,7 +323,10 @@ impl Service {
         // The pod's last container: the pod's cgroup gets its limits back
         // (kept in the state file if that fails, as a tenant's are).
         if let (Some(_), Some(g)) = (d.disconnect(name), &t.spec.group) {
-            let key = pod_key(&g.name);
+            let key = [pod_key(&g.name), group_key(&g.name)]
+                .into_iter()
+                .find(|k| self.ownership.get(k).is_some())
+                .unwrap_or_default();
             if let Some(e) = self.ownership.get(&key).cloned() {
                 match restore(&key, &e.original, None) {
                     Ok(()) => self.ownership.forget(&key),
@@ -349,7 +376,7 @@ impl Service {
         });
         if let FoundKind::Cgroup(rel) = &found.kind {
             self.devices[device].connect_cgroup(&found.name, rel.clone());
-            self.share_pod_limit(device, &found, &spec, rel);
+            self.share_group_limit(device, &found, &spec, rel);
         }
         self.devices[device].start_deciding(spec.clone());
         self.finder.adopted(&found.name);
@@ -457,17 +484,30 @@ impl Service {
         self.devices[device].connect_libvirt(&uri, &found.name, vm, shared.as_deref(), kept)
     }
 
-    /// A pod on cgroup v2: its containers' caps go to the pod's own cgroup,
-    /// added up, whose limits are recorded first as a tenant's. On cgroup v1
-    /// blk-throttle is flat: the containers keep their own.
-    fn share_pod_limit(&mut self, device: usize, found: &Found, spec: &TenantSpec, rel: &Path) {
-        let pod = match (&self.config.tenants[found.entry].source, &spec.group) {
+    /// A pod, or a `[[group]]` with a cgroup of its own, on cgroup v2: its
+    /// members' caps go to that cgroup, added up, whose limits are recorded
+    /// first as a tenant's. On cgroup v1 blk-throttle is flat: the members
+    /// keep their own.
+    fn share_group_limit(&mut self, device: usize, found: &Found, spec: &TenantSpec, rel: &Path) {
+        let entry = &self.config.tenants[found.entry];
+        let holder = match (&entry.source, &spec.group) {
             (TenantSource::Kubernetes { .. }, Some(g)) => {
                 crate::kubernetes::pod_cgroup(rel).map(|c| (c, pod_key(&g.name)))
             }
+            (_, Some(g)) if g.shared_limit => {
+                group_holds(entry, rel).map(|c| (c.to_path_buf(), group_key(&g.name)))
+            }
             _ => None,
         };
-        let Some((pod_cgroup, key)) = pod.filter(|_| self.cgroup_v2) else {
+        if let (Some(group), None, true) = (&entry.group_cgroup, &holder, self.cgroup_v2) {
+            warn!(
+                tenant = %found.name,
+                cgroup = %rel.display(),
+                "lives outside its group's cgroup {}: capped on its own",
+                group.display()
+            );
+        }
+        let Some((pod_cgroup, key)) = holder.filter(|_| self.cgroup_v2) else {
             return;
         };
         let d = &mut self.devices[device];
@@ -486,7 +526,7 @@ impl Service {
                     true
                 }
                 Err(e) => {
-                    debug!(tenant = %found.name, "pod cgroup limits unreadable ({e}): caps stay on the container");
+                    debug!(tenant = %found.name, "group cgroup limits unreadable ({e}): caps stay on the member");
                     false
                 }
             };

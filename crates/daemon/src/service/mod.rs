@@ -155,8 +155,26 @@ impl Service {
         };
         s.cgroup_v2 = iofloor_host::cgroup::detect(&s.cgroup_root)
             .is_ok_and(|v| v == iofloor_host::cgroup::Version::V2);
+        s.warn_flat_group_cgroups();
         s.publish(Duration::ZERO);
         Ok(s)
+    }
+
+    /// A `[[group]] cgroup` on cgroup v1, said once at start: blk-throttle
+    /// is flat there (a parent's limit bounds nothing below it), so its
+    /// members are capped one by one.
+    fn warn_flat_group_cgroups(&self) {
+        if self.cgroup_v2 {
+            return;
+        }
+        let mut said = std::collections::BTreeSet::new();
+        for t in &self.config.tenants {
+            if let (Some(g), Some(_)) = (&t.group, &t.group_cgroup) {
+                if said.insert(g.name.clone()) {
+                    tracing::warn!(group = %g.name, "`cgroup` takes effect on cgroup v2 only (v1 blk-throttle is flat): its members are capped one by one");
+                }
+            }
+        }
     }
 
     /// What the cluster agent needs from this service: the shared device's

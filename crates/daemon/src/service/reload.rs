@@ -37,6 +37,17 @@ fn needing_restart(old: &Config, new: &Config) -> Vec<&'static str> {
     if new.policy != old.policy || new.params != old.params {
         changed.push("[policy]");
     }
+    // Which cgroup holds a group's limit is settled when its members are
+    // adopted, with that cgroup's own limits recorded to put back.
+    let group_cgroups = |c: &Config| {
+        c.tenants
+            .iter()
+            .filter_map(|t| Some((t.group.as_ref()?.name.clone(), t.group_cgroup.clone()?)))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    if group_cgroups(new) != group_cgroups(old) {
+        changed.push("[[group]] cgroup");
+    }
     changed
 }
 
