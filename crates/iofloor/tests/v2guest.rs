@@ -217,6 +217,11 @@ impl Drop for TestGuest {
 
 /// The daemon's config in the guest: its disk of [`CAPACITY`] and `tenants`.
 fn config_with(tenants: &str) -> String {
+    config_for(CAPACITY, tenants)
+}
+
+/// The same with a model of `iops`, the disk's capacity in a test of its own.
+fn config_for(iops: u64, tenants: &str) -> String {
     format!(
         r#"interval = "1s"
 state_file = "/run/iofloor-state.json"
@@ -230,11 +235,11 @@ name = "vda"
 path = "/dev/vda"
 [device.model]
 rbps = 100e9
-rseqiops = {CAPACITY}
-rrandiops = {CAPACITY}
+rseqiops = {iops}
+rrandiops = {iops}
 wbps = 100e9
-wseqiops = {CAPACITY}
-wrandiops = {CAPACITY}
+wseqiops = {iops}
+wrandiops = {iops}
 
 {tenants}"#,
         port = v2guest::GUEST_API_PORT
@@ -495,6 +500,393 @@ fn pods_found_by_the_kubelet_layout_keep_their_floors_on_a_live_v2_host() {
     for cgroup in [&a, &b, &c, &besteffort] {
         assert_eq!(io_max(cgroup).trim(), "", "{cgroup}'s cap is removed");
     }
+    let log = g.sh("cat /tmp/daemon.log");
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+/// What `tenant` did each interval after `from` (the daemon's uptime), by
+/// the daemon's own history of it.
+fn iops_since(g: &TestGuest, tenant: &str, from: f64) -> Vec<f64> {
+    let t = g
+        .api(&format!("/api/v1/tenants/{tenant}"))
+        .unwrap_or(Value::Null);
+    t["history"]
+        .as_array()
+        .map(|h| {
+            h.iter()
+                .filter(|p| p["t"].as_f64().unwrap_or(0.0) > from)
+                .map(|p| p["iops"].as_f64().unwrap_or(0.0))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn uptime(g: &TestGuest) -> f64 {
+    g.status()
+        .map_or(0.0, |s| s["uptime_s"].as_f64().unwrap_or(0.0))
+}
+
+/// The twin of the daemon's group, fault and capacity-cut tests, on a live
+/// v2 kernel: a customer's `[[group]]` with a cgroup of its own holds its
+/// members' caps added up in that cgroup's `io.max` (v2 bounds a subtree),
+/// so its busy member leaves a quiet tenant outside its floor while its
+/// quiet sibling gets what it asks; a tenant's cgroup removed mid-run,
+/// another whose parent stops enabling io, and a new one with no I/O yet
+/// (no line in `io.stat`) are each that tenant's business only; the disk
+/// loses 30 % of its capacity, nobody told, and the floors still hold;
+/// SIGTERM puts the group cgroup's own limit back. Three fio jobs: more
+/// take the guest's one vCPU under TCG (six got ~110 IOPS each, whatever
+/// their depth).
+#[test]
+fn groups_faults_and_a_cut_keep_floors_on_a_live_v2_host() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !guest_environment() {
+        return;
+    }
+    // q1's floor, acme's and what acme's quiet member asks, IOPS.
+    const Q1: f64 = 150.0;
+    const ACME: f64 = 150.0;
+    const B: f64 = 60.0;
+    // Half the other tests' disk: under TCG the guest's one vCPU runs out
+    // at about 600 IOPS of three fio jobs (measured: idle 2 % of the time,
+    // with static caps too), and where the CPU is the limit the disk's
+    // queue stays short and tells the loop nothing of its capacity.
+    let disk = CAPACITY / 2;
+    let mut g = TestGuest::up(disk);
+    let device = g.guest.device.clone().expect("the guest's disk number");
+    let tree = [
+        "cd /sys/fs/cgroup",
+        "mkdir -p tenants customers/acme flaky",
+        "echo +io > tenants/cgroup.subtree_control",
+        "echo +io > customers/cgroup.subtree_control",
+        "echo +io > customers/acme/cgroup.subtree_control",
+        "echo +io > flaky/cgroup.subtree_control",
+        "mkdir -p tenants/q1 tenants/gone customers/acme/a customers/acme/b flaky/f1",
+    ]
+    .join(" && ");
+    g.sh(&tree);
+    g.sh(&format!(
+        "echo '{device} {OPERATOR_LIMIT}' > /sys/fs/cgroup/customers/acme/io.max"
+    ));
+    let io_max = |g: &TestGuest, cgroup: &str| g.sh(&format!("cat /sys/fs/cgroup/{cgroup}/io.max"));
+    let acme_before = io_max(&g, "customers/acme");
+    g.write_config(&config_for(
+        disk,
+        &format!(
+            r#"[[tenant]]
+name = "q1"
+cgroup = "tenants/q1"
+floor = "{Q1}iops"
+
+[[tenant]]
+name = "gone"
+cgroup = "tenants/gone"
+floor = "50iops"
+
+[[tenant]]
+name = "late"
+cgroup = "tenants/late"
+floor = "25iops"
+
+[[tenant]]
+name = "f1"
+cgroup = "flaky/f1"
+
+[[tenant]]
+name = "staff"
+cgroup = "customers/acme/*"
+group = "acme"
+
+[[group]]
+name = "acme"
+floor = "{ACME}iops"
+cgroup = "customers/acme"
+"#
+        ),
+    ));
+    let pid = g.start_daemon();
+    let secs = 30;
+    g.start_fio("q1", "tenants/q1", 1, Some(Q1 * 1.1), secs);
+    g.start_fio("a", "customers/acme/a", 16, None, secs);
+    g.start_fio("b", "customers/acme/b", 1, Some(B), secs);
+    std::thread::sleep(Duration::from_secs(8));
+    let held = (io_max(&g, "customers/acme"), io_max(&g, "customers/acme/a"));
+    eprintln!(
+        "acme's io.max while held `{}`, member a's `{}`",
+        held.0.trim(),
+        held.1.trim()
+    );
+    // Faults, one tenant each: a cgroup removed, a parent that stops
+    // enabling io (its children lose io.max and io.stat), a new cgroup
+    // with no I/O yet.
+    g.sh("rmdir /sys/fs/cgroup/tenants/gone && echo -io > /sys/fs/cgroup/flaky/cgroup.subtree_control && mkdir /sys/fs/cgroup/tenants/late");
+    std::thread::sleep(Duration::from_secs(3));
+    // The disk loses 30 %, nobody told: floors 300 of 350 now.
+    let cut_at = uptime(&g);
+    g.guest
+        .change_capacity(RigSpec {
+            iops: disk * 7 / 10,
+            ..g.guest.spec
+        })
+        .unwrap();
+    // What the loop learns of the cut, each second.
+    let mut learned = Vec::new();
+    for _ in 0..14 {
+        std::thread::sleep(Duration::from_secs(1));
+        let d = g
+            .status()
+            .map(|s| s["devices"][0].clone())
+            .unwrap_or(Value::Null);
+        learned.push(format!(
+            "{:.2}@q{:.1}",
+            d["capacity_estimate"].as_f64().unwrap_or(f64::NAN),
+            d["avg_queue"].as_f64().unwrap_or(f64::NAN)
+        ));
+    }
+    eprintln!("learned after the cut to 0.7: {}", learned.join(" "));
+    let settled = cut_at + 3.0;
+    let (q1, a, b) = (
+        iops_since(&g, "q1", settled),
+        iops_since(&g, "staff/a", settled),
+        iops_since(&g, "staff/b", settled),
+    );
+    let tenants = g.api("/api/v1/tenants").unwrap_or(Value::Null);
+    g.sh("echo +io > /sys/fs/cgroup/flaky/cgroup.subtree_control");
+    let iops = g.fio_iops(&["q1", "a", "b"]);
+    eprintln!(
+        "after the cut (from {settled:.0} s): q1 {q1:.0?}, staff/a {a:.0?}, staff/b {b:.0?}; whole run q1 {:.0}, a {:.0}, b {:.0}",
+        iops[0], iops[1], iops[2]
+    );
+    let names: Vec<&str> = tenants["tenants"]
+        .as_array()
+        .map(|ts| ts.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        !names.contains(&"gone") && names.contains(&"late") && names.contains(&"staff/a"),
+        "the removed cgroup dropped, the new one adopted: {names:?}"
+    );
+    let n = q1.len().min(a.len()).min(b.len());
+    assert!(n >= 8, "{q1:?} {a:?} {b:?}");
+    let met = |w: &[f64], floor: f64| w[..n].iter().filter(|&&x| x >= 0.9 * floor).count();
+    // A few windows may fall short: a probe's overshoot on the cut disk
+    // (uncontrolled beside a QD-16 tenant, a QD-1 one gets 56-61 IOPS).
+    assert!(met(&q1, Q1) + 3 >= n, "q1's floor after the cut: {q1:?}");
+    let acme: Vec<f64> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+    assert!(
+        met(&acme, ACME) + 1 >= n,
+        "acme's floor after the cut: {acme:?}"
+    );
+    // Inside the group's one limit the kernel shares, not iofloor: its
+    // throttle queues the members' I/O together, and a QD-1 member beside
+    // a QD-16 sibling gets what the queue leaves it (10-46 IOPS of the 60
+    // it asked, measured), as a pod's containers do (docs/config.md).
+    let riops = |t: &str| {
+        t.split_whitespace()
+            .find_map(|f| f.strip_prefix("riops="))
+            .filter(|v| *v != "max")
+            .map(String::from)
+    };
+    assert!(
+        riops(&held.0).is_some(),
+        "acme's own cgroup holds it: `{}`",
+        held.0
+    );
+    assert_eq!(
+        riops(&held.1),
+        None,
+        "a member's own io.max stays free: `{}`",
+        held.1
+    );
+
+    g.stop_daemon(pid, "TERM");
+    assert_eq!(
+        io_max(&g, "customers/acme"),
+        acme_before,
+        "acme's own limit is back"
+    );
+    for cgroup in [
+        "tenants/q1",
+        "tenants/late",
+        "customers/acme/a",
+        "customers/acme/b",
+        "flaky/f1",
+    ] {
+        assert_eq!(io_max(&g, cgroup).trim(), "", "{cgroup}'s cap is removed");
+    }
+    let log = g.sh("cat /tmp/daemon.log");
+    let lines = |what: &str| log.lines().filter(|l| l.contains(what)).count();
+    eprintln!(
+        "log: {}",
+        log.lines()
+            .filter(|l| ["gone", "f1", "late", "acme"].iter().any(|t| l.contains(t)))
+            .collect::<Vec<_>>()
+            .join("\n     ")
+    );
+    assert!(
+        lines("flaky/f1/io.") >= 1,
+        "the tenant that lost io is named with its file: {log}"
+    );
+    assert!(
+        lines("f1") <= 4,
+        "logged once as it fails and once as it recovers: {log}"
+    );
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+/// One etcd member on the host's loopback for a cluster agent in the
+/// guest, stopped (by its PID) and its data removed on drop.
+struct HostEtcd {
+    child: std::process::Child,
+    _data: tempfile::TempDir,
+    port: u16,
+}
+
+impl HostEtcd {
+    fn start() -> HostEtcd {
+        let data = tempfile::tempdir().unwrap();
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let (port, peer) = (free(), free());
+        let client = format!("http://127.0.0.1:{port}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = std::process::Command::new("etcd")
+            .args(["--name", "v2test", "--data-dir"])
+            .arg(data.path())
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ])
+            .args(["--initial-cluster", &format!("v2test={peer_url}")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("etcd (scripts/deps.sh installs it)");
+        let etcd = HostEtcd {
+            child,
+            _data: data,
+            port,
+        };
+        let deadline = Instant::now() + T;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "etcd did not listen");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        etcd
+    }
+}
+
+impl Drop for HostEtcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The cluster agent on a live v2 kernel: `iofloor run` in the guest with
+/// `[cluster]`, its etcd on the host (reached through QEMU's user
+/// network), is the cluster's one host and its allocator; the allocation
+/// it makes through etcd lands in `io.max` and keeps a floor beside a noisy
+/// tenant; SIGTERM puts every limit back.
+#[test]
+fn the_cluster_agent_allocates_through_etcd_and_caps_through_io_max_on_v2() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !guest_environment() || !require("the v2 cluster agent", &[Need::Program("etcd")]) {
+        return;
+    }
+    let etcd = HostEtcd::start();
+    let state = tempfile::tempdir().unwrap();
+    let files = [(PathBuf::from(bin()), "/usr/bin/iofloor".to_string())];
+    // Half the other tests' disk, as for the groups' test: the guest's
+    // vCPU, not its disk, was the limit at 1,000 IOPS (a QD-1 tenant held
+    // at 200-270 of its 330 while the noisy one had 670).
+    let disk = CAPACITY / 2;
+    let q1_floor = Q1_FLOOR / 2.0;
+    let spec = RigSpec {
+        iops: disk,
+        bps: None,
+        size_unit: None,
+        size: 1 << 30,
+    };
+    let guest = V2Guest::up_forwarding(spec, &files, 1536, state.path(), &[(2379, etcd.port)])
+        .expect("guest up");
+    let g = TestGuest {
+        state,
+        guest,
+        relay: None,
+    };
+    g.sh(
+        "mkdir -p /sys/fs/cgroup/tenants && echo +io > /sys/fs/cgroup/tenants/cgroup.subtree_control && \
+         mkdir -p /sys/fs/cgroup/tenants/q1 /sys/fs/cgroup/tenants/noisy",
+    );
+    let mut config = config_for(
+        disk,
+        &format!(
+            "[[tenant]]\nname = \"q1\"\ncgroup = \"tenants/q1\"\nfloor = \"{q1_floor}iops\"\n\n\
+             [[tenant]]\nname = \"noisy\"\ncgroup = \"tenants/noisy\"\n"
+        ),
+    );
+    config += &format!(
+        "\n[cluster]\nendpoints = [\"http://{}:2379\"]\nname = \"v2\"\nhost = \"g1\"\nshared_device = \"vda\"\nlease_ttl = \"3s\"\n",
+        v2guest::HOST_ADDR
+    );
+    g.write_config(&config);
+    let pid = g.start_daemon();
+    g.start_fio("q1", "tenants/q1", 1, Some(q1_floor * 1.1), 24);
+    g.start_fio("noisy", "tenants/noisy", 16, None, 24);
+    let deadline = Instant::now() + T;
+    let cluster = loop {
+        let c = g
+            .status()
+            .map(|s| s["cluster"].clone())
+            .unwrap_or(Value::Null);
+        if c["role"] == "allocator" && c["mode"] == "allocated" {
+            break c;
+        }
+        let log = g.sh("tail -5 /tmp/daemon.log");
+        assert!(Instant::now() < deadline, "no allocation: {c}; {log}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    // From fio's ramp on (3 s).
+    let from = uptime(&g) + 4.0;
+    std::thread::sleep(Duration::from_secs(12));
+    let q1 = iops_since(&g, "q1", from);
+    let noisy_cap = g.io_max("noisy");
+    let view = g.api("/api/v1/cluster").unwrap_or(Value::Null);
+    let iops = g.fio_iops(&["q1", "noisy"]);
+    eprintln!(
+        "cluster on v2: {cluster}; q1 each interval {q1:.0?}; whole run q1 {:.0}, noisy {:.0}; noisy's io.max `{}`",
+        iops[0],
+        iops[1],
+        noisy_cap.trim()
+    );
+    assert!(q1.len() >= 8, "{q1:?}");
+    assert!(
+        q1.iter().filter(|&&x| x >= 0.9 * q1_floor).count() + 1 >= q1.len(),
+        "q1's floor through the cluster's allocation: {q1:?}"
+    );
+    assert!(
+        noisy_cap.contains("riops="),
+        "the allocation in io.max: `{noisy_cap}`"
+    );
+    assert!(
+        view.to_string().contains("\"g1\"") && view.to_string().contains("q1"),
+        "the cluster view names the host and its tenants: {view}"
+    );
+    g.stop_daemon(pid, "TERM");
+    assert_eq!(g.io_max("noisy").trim(), "", "noisy's cap is removed");
     let log = g.sh("cat /tmp/daemon.log");
     assert!(!log.contains("panicked"), "{log}");
 }

@@ -70,7 +70,16 @@ pub struct V2Guest {
     pub device: Option<String>,
     /// The guest's kernel release, once booted.
     pub kernel: Option<String>,
+    /// Ports of [`HOST_ADDR`] in the guest that reach a port on the host's
+    /// loopback (guest port, host port): a cluster agent in the guest
+    /// reaches the host's etcd so.
+    #[serde(default)]
+    pub host_forwards: Vec<(u16, u16)>,
 }
+
+/// The address by which the guest reaches what the host forwards to it
+/// ([`V2Guest::host_forwards`]); QEMU's user network answers for it.
+pub const HOST_ADDR: &str = "10.0.2.100";
 
 /// A command's exit status and output (stdout and stderr together).
 #[derive(Debug, Clone, PartialEq)]
@@ -95,6 +104,21 @@ impl V2Guest {
         files: &[(PathBuf, String)],
         memory_mib: u32,
         state_root: &Path,
+    ) -> Result<V2Guest> {
+        Self::up_forwarding(spec, files, memory_mib, state_root, &[])
+    }
+
+    /// [`V2Guest::up`], with `forwards` (guest port, host port): a
+    /// connection to [`HOST_ADDR`]`:guest port` in the guest reaches
+    /// `127.0.0.1:host port` on the host. Each connection runs the host's
+    /// busybox `nc` (QEMU's `guestfwd` to a command): the form that takes
+    /// more than one connection and one made before the host's server is up.
+    pub fn up_forwarding(
+        spec: RigSpec,
+        files: &[(PathBuf, String)],
+        memory_mib: u32,
+        state_root: &Path,
+        forwards: &[(u16, u16)],
     ) -> Result<V2Guest> {
         spec.validate()?;
         which("qemu-system-x86_64")?;
@@ -124,6 +148,7 @@ impl V2Guest {
             qemu_pid: None,
             device: None,
             kernel: None,
+            host_forwards: forwards.to_vec(),
         };
         guest.save()?;
         match guest.start(&base, files, memory_mib) {
@@ -197,10 +222,7 @@ impl V2Guest {
                     "virtserialport,bus=vser0.0,chardev=cap,name={CAPACITY_PORT}"
                 ))
                 .arg("-netdev")
-                .arg(format!(
-                    "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{}-:{GUEST_API_PORT}",
-                    self.api_port
-                ))
+                .arg(self.netdev())
                 .args(["-device", "virtio-net-pci,netdev=n0"])
                 .arg("-pidfile")
                 .arg(&pidfile)
@@ -210,6 +232,21 @@ impl V2Guest {
         self.save()?;
         self.wait_ready()?;
         self.save()
+    }
+
+    /// QEMU's user network: the guest reaches nothing (`restrict=on`) but
+    /// what is forwarded, its API port from the host and the host's ports
+    /// it was given.
+    fn netdev(&self) -> String {
+        let mut netdev = format!(
+            "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{}-:{GUEST_API_PORT}",
+            self.api_port
+        );
+        for (guest, host) in &self.host_forwards {
+            netdev +=
+                &format!(",guestfwd=tcp:{HOST_ADDR}:{guest}-cmd:/bin/busybox nc 127.0.0.1 {host}");
+        }
+        netdev
     }
 
     /// Waits for the guest's ready line on its console: its kernel and
