@@ -845,6 +845,32 @@ impl CapacityLoop {
             last_overload: self.last_overload,
             probe_wait: self.probe_wait,
         });
+        let level = self
+            .overload_level(s, before, obs, previous)
+            .clamp(low, high);
+        // Never deeper than the floors need, unless the device has
+        // proven it can no longer serve them ([`PROOF_INTERVALS`]):
+        // a cut must not break a promise on a guess.
+        let keep = obs.floors_need.min(proven).min(before);
+        self.estimate = (s * ratio).max(keep).clamp(low, high).min(level.max(keep));
+        // The level to recover to fast is what was served in this
+        // overload (or what was kept for the floors), not the best of
+        // the last intervals: after a cut those were served by the
+        // device as it was, and recovering to them overloads it again.
+        // A probe past the last level that ends here waits longer
+        // before the next one.
+        if before > self.reference() * (1.0 + 1e-9) {
+            self.probe_wait = (self.probe_wait * 2).min(HOLD_BEYOND_INTERVALS);
+        }
+        self.last_overload = Some((level.max(self.estimate), 0));
+        self.reset_steps();
+        self.overload_latency_us = obs.latency_us;
+        Verdict::Overloaded
+    }
+
+    /// The level to regain after an overload the device served `s` in,
+    /// `before` the estimate it had.
+    fn overload_level(&self, s: f64, before: f64, obs: &Observation, previous: Verdict) -> f64 {
         // An overload right after one, on a device that still served
         // more than the cut allowed, is the same overload draining
         // (the cut has not taken hold): its level stays what the
@@ -862,7 +888,7 @@ impl CapacityLoop {
         // `burst-rig`: each burst's arrival, served at 0.71 of the
         // device, left the estimate at the floors' need, 0.81, for
         // the whole burst: work conservation 0.73).
-        let level = match self.last_overload {
+        match self.last_overload {
             // More than the model says, even overloaded: the model
             // is pessimistic, and what was served is the level to
             // regain (BBR's bandwidth: the most delivered). Held to
@@ -894,25 +920,6 @@ impl CapacityLoop {
             _ if obs.early && !obs.floor_short => before,
             _ => s.min(before),
         }
-        .clamp(low, high);
-        // Never deeper than the floors need, unless the device has
-        // proven it can no longer serve them ([`PROOF_INTERVALS`]):
-        // a cut must not break a promise on a guess.
-        let keep = obs.floors_need.min(proven).min(before);
-        self.estimate = (s * ratio).max(keep).clamp(low, high).min(level.max(keep));
-        // The level to recover to fast is what was served in this
-        // overload (or what was kept for the floors), not the best of
-        // the last intervals: after a cut those were served by the
-        // device as it was, and recovering to them overloads it again.
-        // A probe past the last level that ends here waits longer
-        // before the next one.
-        if before > self.reference() * (1.0 + 1e-9) {
-            self.probe_wait = (self.probe_wait * 2).min(HOLD_BEYOND_INTERVALS);
-        }
-        self.last_overload = Some((level.max(self.estimate), 0));
-        self.reset_steps();
-        self.overload_latency_us = obs.latency_us;
-        Verdict::Overloaded
     }
 
     /// The most the device delivered (served over the share handed out) in

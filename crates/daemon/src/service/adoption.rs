@@ -46,40 +46,7 @@ pub(super) fn spec_of(
         latency_sensitive: t.latency_sensitive,
         group: t.group.clone(),
     };
-    let holder = match (&t.source, &found.kind) {
-        (
-            TenantSource::Libvirt {
-                domain: pattern, ..
-            },
-            FoundKind::Libvirt { domain, .. },
-        ) if t.share == Some(Share::Vm) => {
-            let name = if pattern.contains(['*', '?', '[']) {
-                format!("{}/{domain}", t.name)
-            } else {
-                t.name.clone()
-            };
-            let name = match host {
-                Some(h) => format!("{h}/{name}"),
-                None => name,
-            };
-            Some((name, true))
-        }
-        (TenantSource::Kubernetes { .. }, FoundKind::Cgroup(rel)) => {
-            crate::kubernetes::pod_of(rel).map(|uid| (format!("{}/{uid}", t.name), cgroup_v2))
-        }
-        (_, FoundKind::Cgroup(rel)) if cgroup_v2 && group_holds(t, rel).is_some() => {
-            // A `[[group]]` with a cgroup this tenant lives under: its
-            // members' caps go there, added up (v2 bounds a subtree).
-            if let Some(g) = &spec.group {
-                spec.group = Some(Arc::new(GroupSpec {
-                    shared_limit: true,
-                    ..(**g).clone()
-                }));
-            }
-            None
-        }
-        _ => None,
-    };
+    let holder = holder_of(t, found, &mut spec, cgroup_v2, host);
     if let Some((name, shared_limit)) = holder {
         spec.group = Some(Arc::new(GroupSpec {
             name,
@@ -124,6 +91,53 @@ pub(super) fn spec_of(
         super::patch::apply_patch(&mut spec, p);
     }
     spec
+}
+
+/// The group a tenant's caps are held on, named, with whether its members
+/// share one limit: a VM's disks in a QEMU throttle group, a pod's
+/// containers on the pod's cgroup (v2). A plain member of a `[[group]]` with
+/// a cgroup it lives under is marked as sharing that group's limit instead.
+fn holder_of(
+    t: &TenantConfig,
+    found: &Found,
+    spec: &mut TenantSpec,
+    cgroup_v2: bool,
+    host: Option<&str>,
+) -> Option<(String, bool)> {
+    match (&t.source, &found.kind) {
+        (
+            TenantSource::Libvirt {
+                domain: pattern, ..
+            },
+            FoundKind::Libvirt { domain, .. },
+        ) if t.share == Some(Share::Vm) => {
+            let name = if pattern.contains(['*', '?', '[']) {
+                format!("{}/{domain}", t.name)
+            } else {
+                t.name.clone()
+            };
+            let name = match host {
+                Some(h) => format!("{h}/{name}"),
+                None => name,
+            };
+            Some((name, true))
+        }
+        (TenantSource::Kubernetes { .. }, FoundKind::Cgroup(rel)) => {
+            crate::kubernetes::pod_of(rel).map(|uid| (format!("{}/{uid}", t.name), cgroup_v2))
+        }
+        (_, FoundKind::Cgroup(rel)) if cgroup_v2 && group_holds(t, rel).is_some() => {
+            // A `[[group]]` with a cgroup this tenant lives under: its
+            // members' caps go there, added up (v2 bounds a subtree).
+            if let Some(g) = &spec.group {
+                spec.group = Some(Arc::new(GroupSpec {
+                    shared_limit: true,
+                    ..(**g).clone()
+                }));
+            }
+            None
+        }
+        _ => None,
+    }
 }
 
 /// The group of a container whose pod's annotations declare a promise:
