@@ -1,7 +1,7 @@
 //! The shipped scenarios, built into the binary so `iofloor sim noisy-4` works
 //! from anywhere. The files in `scenarios/` are the source.
 
-const BUILTIN: [(&str, &str); 27] = [
+const BUILTIN: [(&str, &str); 28] = [
     ("noisy-4", include_str!("../../../scenarios/noisy-4.toml")),
     ("noisy-20", include_str!("../../../scenarios/noisy-20.toml")),
     ("size-mix", include_str!("../../../scenarios/size-mix.toml")),
@@ -61,6 +61,10 @@ const BUILTIN: [(&str, &str); 27] = [
     (
         "cut-guest",
         include_str!("../../../scenarios/guest/cut-guest.toml"),
+    ),
+    (
+        "tree-guest",
+        include_str!("../../../scenarios/guest/tree-guest.toml"),
     ),
 ];
 
