@@ -402,8 +402,9 @@ impl Session {
             }
         }
         // Our processes are reaped, but leave the cgroups a moment later
-        // (seconds in a TCG guest beside the suite's other lanes).
-        if let Err(e) = cgroup::remove_when_empty(&self.root, &self.parent, Duration::from_secs(30))
+        // (seconds in a TCG guest beside the suite's other lanes; on a slow
+        // day a fio job process was still there after 30 s).
+        if let Err(e) = cgroup::remove_when_empty(&self.root, &self.parent, Duration::from_secs(90))
         {
             first.get_or_insert(e);
         }
