@@ -402,10 +402,21 @@ impl Session {
             }
         }
         // Our processes are reaped, but leave the cgroups a moment later
-        // (seconds in a TCG guest beside the suite's other lanes; on a slow
-        // day a fio job process was still there after 30 s).
-        if let Err(e) = cgroup::remove_when_empty(&self.root, &self.parent, Duration::from_secs(90))
-        {
+        // (seconds in a TCG guest beside the suite's other lanes). What is
+        // still there after that is a job process of a fio we killed past
+        // its grace (on a slow guest one stayed for good: kept 90 s, the
+        // cgroup was never removed): it goes too, it is ours.
+        let wait = Duration::from_secs(30);
+        let mut removed = cgroup::remove_when_empty(&self.root, &self.parent, wait);
+        if removed.is_err() {
+            let killed = cgroup::kill_processes_in(&self.root, &self.parent);
+            eprintln!(
+                "bench: killed {killed} process(es) left in {}",
+                self.parent.display()
+            );
+            removed = cgroup::remove_when_empty(&self.root, &self.parent, wait);
+        }
+        if let Err(e) = removed {
             first.get_or_insert(e);
         }
         match first {

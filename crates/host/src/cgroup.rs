@@ -584,20 +584,44 @@ pub fn remove_when_empty(root: &Path, cgroup: &Path, timeout: std::time::Duratio
 
 /// The processes in a cgroup and its children, as `PID (command)`.
 fn processes_in(dir: &Path) -> Vec<String> {
-    let mut out: Vec<String> = fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .split_whitespace()
+    pids_in(dir)
+        .into_iter()
         .map(|pid| {
             let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
             format!("{pid} ({})", comm.trim())
         })
+        .collect()
+}
+
+/// The PIDs in a cgroup and its children.
+fn pids_in(dir: &Path) -> Vec<i32> {
+    let mut out: Vec<i32> = fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|pid| pid.parse().ok())
         .collect();
     if let Ok(entries) = fs::read_dir(dir) {
         for e in entries.flatten().filter(|e| e.path().is_dir()) {
-            out.extend(processes_in(&e.path()));
+            out.extend(pids_in(&e.path()));
         }
     }
     out
+}
+
+/// Sends SIGKILL to every process in a cgroup its caller made and put its
+/// own processes in, and their children with them; returns how many. For a
+/// tool's process killed past its grace whose own children stay behind: fio
+/// forks a process per job, and one whose parent died while the jobs were
+/// starting (a TCG guest, where that takes seconds) waited there for good,
+/// keeping the cgroup busy.
+pub fn kill_processes_in(root: &Path, cgroup: &Path) -> usize {
+    let pids = pids_in(&root.join(cgroup));
+    for &pid in &pids {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+    pids.len()
 }
 
 /// Removes a cgroup and its children, deepest first. The cgroups must have no

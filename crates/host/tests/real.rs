@@ -334,3 +334,28 @@ fn rig_serves_its_capacity_changes_it_live_and_leaves_nothing() {
         "qemu-storage-daemon left running"
     );
 }
+
+/// What a bench leaves in its own cgroups past its processes' grace (a job
+/// process of a fio killed while its jobs were starting) is killed, and the
+/// cgroups can then go.
+#[test]
+fn processes_left_in_a_cgroup_are_killed_and_it_is_removed() {
+    if !real_environment(&["sleep"]) {
+        return;
+    }
+    let name = PathBuf::from(format!("iofloor-test-leftover-{}", std::process::id()));
+    let inner = cgroup::create(Path::new(BLKIO), &name.join("tenant")).unwrap();
+    let _cg = TestCgroup(name.clone());
+    let mut left = Command::new("sleep").arg("300").spawn().unwrap();
+    std::fs::write(inner.join("cgroup.procs"), left.id().to_string()).unwrap();
+    let busy = cgroup::remove_when_empty(Path::new(BLKIO), &name, std::time::Duration::ZERO);
+    assert!(busy.is_err(), "a cgroup with a process in it is removed");
+    assert_eq!(cgroup::kill_processes_in(Path::new(BLKIO), &name), 1);
+    let status = left.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+    cgroup::remove_when_empty(Path::new(BLKIO), &name, std::time::Duration::from_secs(10)).unwrap();
+    assert!(!inner.exists());
+}
