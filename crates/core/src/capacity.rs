@@ -910,7 +910,7 @@ impl CapacityLoop {
             // probes had found when the backup shrank: work conservation
             // 0.954 -> 0.898 over 19 seeds.
             Some((last, _)) if obs.early && before > last * (1.0 + 1e-9) => {
-                s.min(self.delivered_lately().max(last))
+                s.min(self.most_delivered(SPEED_UP_INTERVALS).max(last))
             }
             // A look that saw a queue with no floor known short: its
             // extrapolated served is no level known good (the rig's ramp,
@@ -923,12 +923,12 @@ impl CapacityLoop {
     }
 
     /// The most the device delivered (served over the share handed out) in
-    /// the last [`SPEED_UP_INTERVALS`] whole intervals; 0 before there is one.
-    fn delivered_lately(&self) -> f64 {
+    /// the last `intervals` whole intervals it remembers; 0 before there is one.
+    fn most_delivered(&self, intervals: usize) -> f64 {
         self.delivered
             .iter()
             .rev()
-            .take(SPEED_UP_INTERVALS)
+            .take(intervals)
             .copied()
             .fold(0.0, f64::max)
     }
@@ -1052,7 +1052,7 @@ impl CapacityLoop {
     /// device, and left `backup`'s tenants 20 intervals at 0.78 of a device
     /// the backup had left.
     fn regain_delivered(&mut self, high: f64, latency_us: Option<f64>) {
-        let most = self.delivered.iter().copied().fold(0.0, f64::max);
+        let most = self.most_delivered(self.delivered.len());
         let level = most.max(self.model).min(high);
         if level > self.estimate {
             self.regain_from_us = latency_us;

@@ -510,15 +510,7 @@ fn iops_since(g: &TestGuest, tenant: &str, from: f64) -> Vec<f64> {
     let t = g
         .api(&format!("/api/v1/tenants/{tenant}"))
         .unwrap_or(Value::Null);
-    t["history"]
-        .as_array()
-        .map(|h| {
-            h.iter()
-                .filter(|p| p["t"].as_f64().unwrap_or(0.0) > from)
-                .map(|p| p["iops"].as_f64().unwrap_or(0.0))
-                .collect()
-        })
-        .unwrap_or_default()
+    common::history_iops_since(&t, from)
 }
 
 fn uptime(g: &TestGuest) -> f64 {

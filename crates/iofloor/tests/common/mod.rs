@@ -147,3 +147,17 @@ pub fn kube_pods() -> KubePods {
         besteffort,
     }
 }
+
+/// A tenant's IOPS per interval after `from` (the daemon's time), from its
+/// `/api/v1/tenants/NAME` answer's `history`; empty without one.
+pub fn history_iops_since(tenant: &serde_json::Value, from: f64) -> Vec<f64> {
+    tenant["history"]
+        .as_array()
+        .map(|h| {
+            h.iter()
+                .filter(|p| p["t"].as_f64().unwrap_or(0.0) > from)
+                .map(|p| p["iops"].as_f64().unwrap_or(0.0))
+                .collect()
+        })
+        .unwrap_or_default()
+}

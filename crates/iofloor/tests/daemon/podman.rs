@@ -299,15 +299,7 @@ impl Drop for Podman {
 /// IOPS of a tenant per interval from `from` (daemon time).
 fn iops_since(d: &Daemon, tenant: &str, from: f64) -> Vec<f64> {
     let (_, t) = d.get(&format!("/api/v1/tenants/{tenant}"));
-    t["history"]
-        .as_array()
-        .map(|h| {
-            h.iter()
-                .filter(|p| p["t"].as_f64().unwrap_or(0.0) > from)
-                .map(|p| p["iops"].as_f64().unwrap_or(0.0))
-                .collect()
-        })
-        .unwrap_or_default()
+    crate::common::history_iops_since(&t, from)
 }
 
 /// A block device's `MAJ:MIN`, as blk-throttle files give it.
