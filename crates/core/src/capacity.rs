@@ -1041,7 +1041,16 @@ impl CapacityLoop {
             (latency, served),
             SPEED_UP_INTERVALS,
         );
-        before && load == Some(Load::Clear) && served > 0.0 && latency <= SPED_UP * lowest
+        // No interval to compare with (every one of them served more) is no
+        // sign of a faster device: a tenant of ours that stopped waits less
+        // and serves less, and taken for one it regained the model (the
+        // daemon's cut test in CI: 0.92 learned of a device at 0.70 as its
+        // fio jobs ended one after another).
+        before
+            && lowest.is_finite()
+            && load == Some(Load::Clear)
+            && served > 0.0
+            && latency <= SPED_UP * lowest
     }
 
     /// A device that got faster is given back the most it delivered lately
@@ -2416,6 +2425,34 @@ mod tests {
             assert!(intervals <= 6, "still at {} after 6", c.estimate());
         }
         assert_eq!(c.verdict(), Verdict::Room);
+    }
+
+    #[test]
+    fn a_tenant_of_ours_that_stops_is_no_faster_device() {
+        // The daemon's cut test: a device cut to 0.7, learned; the quiet
+        // tenants' fio end first, the noisy one, capped, serves less at a
+        // tenth of the latency.
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        c.resume(0.75);
+        for _ in 0..5 {
+            c.update(&Observation {
+                avg_queue: Some(3.0),
+                ..obs(3000.0, 0.69, false, false)
+            });
+        }
+        let learned = c.estimate();
+        for _ in 0..5 {
+            c.update(&Observation {
+                avg_queue: Some(0.5),
+                departed: true,
+                ..obs(300.0, 0.57, false, true)
+            });
+        }
+        assert!(
+            c.estimate() <= learned + 1e-9,
+            "{learned} became {}",
+            c.estimate()
+        );
     }
 
     #[test]
