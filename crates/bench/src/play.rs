@@ -165,6 +165,8 @@ fn place_tenants(
 /// completions within 5 ms, above a QD-1 tenant's p99 alone on the v2
 /// guest's 1,000-IOPS disk (1.5–3.7 ms measured), so only a real queue
 /// trips it.
+/// How long the load due at a run's start may take to begin its I/O.
+const LOAD_START_LIMIT: Duration = Duration::from_secs(30);
 const IOCOST_QOS_PCT: f64 = 95.0;
 const IOCOST_QOS_LAT_US: u64 = 5_000;
 
@@ -396,11 +398,12 @@ impl<'s> Play<'s> {
             .map(|jobs| vec![0; jobs])
             .collect();
         let mut windows: Vec<Window> = Vec::new();
+        let mut clock = Clock::default();
+        self.start_load(&plan, &mut clock, &mut running, stop)?;
         let mut meter = self.meter()?;
         let mut decisions = Decisions::default();
         let start = Instant::now();
         self.session.start = Some(start);
-        let mut clock = Clock::default();
         // What each tenant asks during the open window: what ran at its
         // start. Taken at its end, a phase starting right at the boundary
         // (a noisy tenant back at 30 s) made the idle window before it ask
@@ -416,7 +419,7 @@ impl<'s> Play<'s> {
                 return Err(BenchError::Interrupted);
             }
             let now = start.elapsed();
-            self.start_processes(&plan, &mut clock, now, &mut running, &mut meter)?;
+            self.start_processes(&plan, &mut clock, now, &mut running, &mut meter.arrivals)?;
             self.watch_arrivals(&mut meter.arrivals, now)?;
             self.change_device(&mut clock, now, &mut meter.truth)?;
             if let Some(agents) = self.agents.as_mut() {
@@ -483,6 +486,44 @@ impl<'s> Play<'s> {
         })
     }
 
+    /// Starts the load due at the run's time 0 and waits until each of its
+    /// tenants does I/O: the run's clock starts then. A fio process loads
+    /// some fifty libraries before its first I/O; on a TCG guest one took
+    /// 1.1 s of its vCPU and seven started together 8 s (measured), so a
+    /// 10-s run at `--time-scale 0.25` saw its tenants for 2-4 s, or for
+    /// none of it, and counted the rest as floors missed.
+    fn start_load(
+        &mut self,
+        plan: &[Change],
+        clock: &mut Clock,
+        running: &mut [Vec<u32>],
+        stop: &AtomicBool,
+    ) -> Result<()> {
+        let mut arrivals = Arrivals::new(self.scenario.tenants.len());
+        self.start_processes(plan, clock, Duration::ZERO, running, &mut arrivals)?;
+        let deadline = Instant::now() + LOAD_START_LIMIT;
+        loop {
+            let Some(i) = arrivals.waiting().next() else {
+                return Ok(());
+            };
+            if stop.load(Ordering::SeqCst) {
+                return Err(BenchError::Interrupted);
+            }
+            if let Some(msg) = self.session.check_processes()? {
+                return Err(BenchError::Failed(msg));
+            }
+            if Instant::now() >= deadline {
+                return Err(BenchError::Failed(format!(
+                    "tenant {}: no I/O {} s after its fio started",
+                    self.scenario.tenants[i].spec.name,
+                    LOAD_START_LIMIT.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            self.watch_arrivals(&mut arrivals, Duration::ZERO)?;
+        }
+    }
+
     /// Starts and stops the fio processes whose time in `plan` has come.
     fn start_processes(
         &mut self,
@@ -490,7 +531,7 @@ impl<'s> Play<'s> {
         clock: &mut Clock,
         now: Duration,
         running: &mut [Vec<u32>],
-        meter: &mut Meter,
+        arrivals: &mut Arrivals,
     ) -> Result<()> {
         while let Some(&c) = plan.get(clock.next_change).filter(|c| c.at <= now) {
             let job = job_of(self.scenario, c.tenant, c.job);
@@ -498,9 +539,14 @@ impl<'s> Play<'s> {
             if managed && c.numjobs > 0 && running[c.tenant].iter().all(|&n| n == 0) {
                 let counters =
                     self.read_counters(c.tenant, &self.scenario.tenants[c.tenant].spec)?;
-                meter.arrivals.started(c.tenant, now, counters);
+                arrivals.started(c.tenant, now, counters);
             }
-            let remaining = self.scenario.duration.saturating_sub(now).as_secs_f64() + 1.0;
+            // Past the run's end: the run stops its processes itself, and
+            // one whose I/O began first must not end before the clock
+            // started by the last one (`start_load`) does.
+            let remaining = self.scenario.duration.saturating_sub(now).as_secs_f64()
+                + 1.0
+                + LOAD_START_LIMIT.as_secs_f64();
             self.session.set_processes(
                 c.tenant,
                 c.job,
@@ -736,7 +782,10 @@ fn latency_from_logs(
             };
             let (read_cost, write_cost) = (cost(Direction::Read), cost(Direction::Write));
             for (ms, _, write) in fio::read_lat_log(&log.path)? {
-                let t = log.started.as_secs_f64() + ms as f64 / 1000.0;
+                let t = log.started + ms as f64 / 1000.0;
+                if t < 0.0 {
+                    continue;
+                }
                 let Some(Some(w)) = unmanaged.get_mut(t as usize) else {
                     continue;
                 };
@@ -747,7 +796,10 @@ fn latency_from_logs(
             continue;
         }
         for (ms, lat_ns, _) in fio::read_lat_log(&log.path)? {
-            let t = log.started.as_secs_f64() + ms as f64 / 1000.0;
+            let t = log.started + ms as f64 / 1000.0;
+            if t < 0.0 {
+                continue;
+            }
             if t >= warmup && t < end {
                 recorders[log.tenant].record_ns(lat_ns);
             }

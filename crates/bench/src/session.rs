@@ -21,7 +21,7 @@ struct Proc {
     job: usize,
     iodepth: u32,
     region: u32,
-    started: Duration,
+    spawned: Instant,
     /// When its fio runtime is over (it may end by itself from then on).
     ends: Duration,
     log: PathBuf,
@@ -43,12 +43,14 @@ struct Stopping {
     told: bool,
 }
 
-/// Where one process's completion-latency log is, and when it started.
+/// Where one process's completion-latency log is, and when it started:
+/// seconds on the run's clock, less than 0 for the load started before the
+/// clock (its I/O from before the run is not the run's).
 pub(crate) struct LogInfo {
     pub path: PathBuf,
     pub tenant: usize,
     pub job: usize,
-    pub started: Duration,
+    pub started: f64,
 }
 
 pub(crate) struct Session {
@@ -187,6 +189,15 @@ impl Session {
         self.start.map(|s| s.elapsed()).unwrap_or_default()
     }
 
+    /// `at` in seconds on the run's clock, negative before it started.
+    fn on_clock(&self, at: Instant) -> f64 {
+        match self.start {
+            Some(start) if at >= start => (at - start).as_secs_f64(),
+            Some(start) => -(start - at).as_secs_f64(),
+            None => 0.0,
+        }
+    }
+
     /// Tells processes to stop after `delay` and returns at once;
     /// [`Self::reap`] collects them. A throttled fio drains its queue at the
     /// throttle's rate before it exits (seconds at a deep queue and a low
@@ -241,7 +252,7 @@ impl Session {
             path: p.log,
             tenant: p.tenant,
             job: p.job,
-            started: p.started,
+            started: self.on_clock(p.spawned),
         });
     }
 
@@ -316,7 +327,7 @@ impl Session {
                 job,
                 iodepth,
                 region,
-                started: self.elapsed(),
+                spawned: Instant::now(),
                 ends: self.elapsed() + Duration::from_secs_f64(runtime_s.max(0.0)),
                 log,
                 name,
