@@ -179,7 +179,7 @@ impl V2Guest {
         let kernel = crate::guest::image_dir().join("vmlinuz");
         crate::rig::run(
             Command::new("qemu-system-x86_64")
-                .args(["-accel", "tcg", "-cpu", "max", "-smp", "1"])
+                .args(["-accel", "tcg", "-cpu", "max", "-smp", "2"])
                 .args(["-m", &memory_mib.to_string()])
                 .args(["-display", "none", "-no-reboot", "-nodefaults"])
                 .arg("-kernel")
