@@ -161,12 +161,13 @@ fn place_tenants(
     Ok(tenant_device)
 }
 
+/// How long the load due at a run's start may take to begin its I/O.
+const LOAD_START_LIMIT: Duration = Duration::from_secs(30);
+
 /// io.cost's latency target in `iocost-qos`: the 95th percentile of
 /// completions within 5 ms, above a QD-1 tenant's p99 alone on the v2
 /// guest's 1,000-IOPS disk (1.5–3.7 ms measured), so only a real queue
 /// trips it.
-/// How long the load due at a run's start may take to begin its I/O.
-const LOAD_START_LIMIT: Duration = Duration::from_secs(30);
 const IOCOST_QOS_PCT: f64 = 95.0;
 const IOCOST_QOS_LAT_US: u64 = 5_000;
 
