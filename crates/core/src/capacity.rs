@@ -1035,7 +1035,7 @@ impl CapacityLoop {
             .iter()
             .filter(|p| SERVED_STEADY * p.1 <= served)
             .map(|p| p.0)
-            .fold(f64::INFINITY, f64::min);
+            .reduce(f64::min);
         push_bounded(
             &mut self.recent_points,
             (latency, served),
@@ -1043,14 +1043,14 @@ impl CapacityLoop {
         );
         // No interval to compare with (every one of them served more) is no
         // sign of a faster device: a tenant of ours that stopped waits less
-        // and serves less, and taken for one it regained the model (the
-        // daemon's cut test in CI: 0.92 learned of a device at 0.70 as its
-        // fio jobs ended one after another).
+        // and serves less, and taken for one (the least of none read as
+        // infinite) it regained the model (the daemon's cut test in CI: 0.92
+        // learned of a device at 0.70 as its fio jobs ended one after
+        // another).
         before
-            && lowest.is_finite()
             && load == Some(Load::Clear)
             && served > 0.0
-            && latency <= SPED_UP * lowest
+            && lowest.is_some_and(|lowest| latency <= SPED_UP * lowest)
     }
 
     /// A device that got faster is given back the most it delivered lately
