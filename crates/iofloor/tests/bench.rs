@@ -109,6 +109,11 @@ fn scenario_file(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> Pat
     p
 }
 
+/// The rig test's noisy-4 at 60 s a policy: 180 windows of protected
+/// tenants, so one missed is 0.6 % against the 2 % allowed. (At 0.15, 90 s
+/// a policy, the test took 264 s of the bench binary's 433 in the suite.)
+const RIG_TIME_SCALE: &str = "0.1";
+
 /// `noisy-4` under `floor` on `device`: the arguments after `iofloor bench`.
 fn noisy4_floor<'a>(device: &'a str, time_scale: &'a str, alone_secs: &'a str) -> [&'a str; 9] {
     [
@@ -165,7 +170,7 @@ fn bench_on_the_rig_keeps_floors_follows_the_contract_and_matches_the_simulator(
     let state = rig.state.path().to_str().unwrap();
     let v = bench_json(
         &[
-            &noisy4_floor(&rig.device, "0.15", "4")[..],
+            &noisy4_floor(&rig.device, RIG_TIME_SCALE, "4")[..],
             &["--out", out, "--rig-state-dir", state],
         ]
         .concat(),
@@ -289,7 +294,7 @@ fn matches_the_simulator(real: &Value, model: &Path) {
         "--policy",
         "floor",
         "--time-scale",
-        "0.15",
+        RIG_TIME_SCALE,
         "--json",
         "--device-model",
         &model,
