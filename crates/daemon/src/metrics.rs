@@ -673,6 +673,7 @@ mod tests {
             latency_threshold_us: Some(7_875.0),
             latency_target_in_reach: Some(false),
             contended: Some(true),
+            capacity_step: None,
         };
         m.device(&state, 3);
         let text = m.encode();

@@ -110,6 +110,12 @@ pub struct DeviceState {
     /// interval: the verdict every tenant's `floor_met` was judged with.
     #[serde(default)]
     pub contended: Option<bool>,
+    /// How the capacity loop judged the last interval: its verdict, the
+    /// level it regains fast, what it was shown (served, the floors' need,
+    /// the flags the policy passed on). The figures that say why
+    /// `capacity_estimate` moved, for policies that learn capacity.
+    #[serde(default)]
+    pub capacity_step: Option<iofloor_core::capacity::CapacityStep>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

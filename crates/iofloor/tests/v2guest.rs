@@ -518,6 +518,38 @@ fn uptime(g: &TestGuest) -> f64 {
         .map_or(0.0, |s| s["uptime_s"].as_f64().unwrap_or(0.0))
 }
 
+/// One line of what the capacity loop made of a device's last interval
+/// (its `capacity_step` in `/api/v1/status`), as
+/// `scripts/analysis/capacity-trace.py` prints a run record's: the
+/// estimate and the level it regains, the verdict, the queue, what was
+/// served and what the floors need, and the flags (H held by the device,
+/// W wants more, S a floor short, D short by the device, N newcomer, G gone).
+fn capacity_step_line(device: &Value) -> String {
+    let step = &device["capacity_step"];
+    let f = |k: &str| step[k].as_f64().unwrap_or(f64::NAN);
+    let flags: String = [
+        ("held_by_device", 'H'),
+        ("wants_more", 'W'),
+        ("floor_short", 'S'),
+        ("floor_short_by_device", 'D'),
+        ("newcomer", 'N'),
+        ("departed", 'G'),
+    ]
+    .iter()
+    .filter(|(k, _)| step[k].as_bool() == Some(true))
+    .map(|(_, c)| *c)
+    .collect();
+    format!(
+        "{:.2}/{:.2} {} q{:.1} s{:.2} n{:.2} {flags}",
+        f("estimate"),
+        f("level"),
+        step["verdict"].as_str().unwrap_or("-"),
+        f("avg_queue"),
+        f("served"),
+        f("floors_need"),
+    )
+}
+
 /// The twin of the daemon's group, fault and capacity-cut tests, on a live
 /// v2 kernel: a customer's `[[group]]` with a cgroup of its own holds its
 /// members' caps added up in that cgroup's `io.max` (v2 bounds a subtree),
@@ -635,13 +667,14 @@ cgroup = "customers/acme"
             .status()
             .map(|s| s["devices"][0].clone())
             .unwrap_or(Value::Null);
-        learned.push(format!(
-            "{:.2}@q{:.1}",
-            d["capacity_estimate"].as_f64().unwrap_or(f64::NAN),
-            d["avg_queue"].as_f64().unwrap_or(f64::NAN)
-        ));
+        let acme_riops = io_max(&g, "customers/acme")
+            .split_whitespace()
+            .find(|f| f.starts_with("riops="))
+            .unwrap_or("riops=max")
+            .to_string();
+        learned.push(format!("{} acme {acme_riops}", capacity_step_line(&d)));
     }
-    eprintln!("learned after the cut to 0.8: {}", learned.join(" "));
+    eprintln!("learned after the cut to 0.8, a second each (estimate/level verdict queue served need flags, acme's cap):\n  {}", learned.join("\n  "));
     let settled = cut_at + 3.0;
     let (q1, a, b) = (
         iops_since(&g, "q1", settled),

@@ -160,6 +160,7 @@ pub(super) fn build_device(
             latency_target_in_reach: None,
             capacity_estimate: None,
             contended: None,
+            capacity_step: None,
         },
     })
 }
@@ -476,6 +477,7 @@ impl DeviceLoop {
         state.utilisation = report.device.map(|s| s.utilisation);
         state.avg_queue = report.device.map(|s| s.avg_queue);
         state.capacity_estimate = self.controller.capacity_estimate();
+        state.capacity_step = self.controller.capacity_step();
         state.latency_us = report.device.and_then(|s| s.mean_latency_us());
         state.contended = Some(report.verdicts.contended);
         let feasibility = self.controller.feasibility();

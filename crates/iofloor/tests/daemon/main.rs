@@ -352,6 +352,17 @@ floor = "375iops"
     let share = met as f64 / windows as f64;
     let (_, status) = daemon.get("/api/v1/status");
     let capacity = status["devices"][0]["capacity_estimate"].as_f64().unwrap();
+    // The loop's last judgement is public, and says what the estimate is.
+    let step = &status["devices"][0]["capacity_step"];
+    assert_eq!(
+        step["estimate"].as_f64(),
+        Some(capacity),
+        "the status's capacity_step carries the estimate it left: {step}"
+    );
+    assert!(
+        step["verdict"].is_string() && step["served"].is_number(),
+        "{step}"
+    );
     let noisy_mean = noisy_after.iter().sum::<f64>() / noisy_after.len().max(1) as f64;
     eprintln!(
         "capacity cut 4000 -> 2800 IOPS at {:.0} s: floors met in {met}/{windows} windows ({:.1} %), \
