@@ -659,6 +659,13 @@ cgroup = "customers/acme"
             ..g.guest.spec
         })
         .unwrap();
+    // A cgroup's read IOPS cap in its io.max, `None` where there is none.
+    let riops = |t: &str| {
+        t.split_whitespace()
+            .find_map(|f| f.strip_prefix("riops="))
+            .filter(|v| *v != "max")
+            .map(String::from)
+    };
     // What the loop learns of the cut, each second.
     let mut learned = Vec::new();
     for _ in 0..14 {
@@ -667,12 +674,11 @@ cgroup = "customers/acme"
             .status()
             .map(|s| s["devices"][0].clone())
             .unwrap_or(Value::Null);
-        let acme_riops = io_max(&g, "customers/acme")
-            .split_whitespace()
-            .find(|f| f.starts_with("riops="))
-            .unwrap_or("riops=max")
-            .to_string();
-        learned.push(format!("{} acme {acme_riops}", capacity_step_line(&d)));
+        let acme_riops = riops(&io_max(&g, "customers/acme")).unwrap_or_else(|| "max".into());
+        learned.push(format!(
+            "{} acme riops={acme_riops}",
+            capacity_step_line(&d)
+        ));
     }
     eprintln!("learned after the cut to 0.8, a second each (estimate/level verdict queue served need flags, acme's cap):\n  {}", learned.join("\n  "));
     let settled = cut_at + 3.0;
@@ -711,12 +717,6 @@ cgroup = "customers/acme"
     // throttle queues the members' I/O together, and a QD-1 member beside
     // a QD-16 sibling gets what the queue leaves it (10-46 IOPS of the 60
     // it asked, measured), as a pod's containers do (docs/config.md).
-    let riops = |t: &str| {
-        t.split_whitespace()
-            .find_map(|f| f.strip_prefix("riops="))
-            .filter(|v| *v != "max")
-            .map(String::from)
-    };
     assert!(
         riops(&held.0).is_some(),
         "acme's own cgroup holds it: `{}`",
