@@ -550,6 +550,29 @@ fn capacity_step_line(device: &Value) -> String {
     )
 }
 
+/// What the daemon's last interval did to each of `names` in its tenant
+/// list (`/api/v1/tenants`): `name IOPS/read cap`, the cap `-` where none.
+fn member_line(list: &Value, names: &[&str]) -> String {
+    let tenants = list["tenants"].as_array().cloned().unwrap_or_default();
+    names
+        .iter()
+        .map(|name| {
+            let t = tenants.iter().find(|t| t["name"] == *name);
+            let field = |f: &dyn Fn(&Value) -> &Value| {
+                t.map(f)
+                    .and_then(Value::as_f64)
+                    .map_or("-".into(), |v| format!("{v:.0}"))
+            };
+            format!(
+                "{name} {}/{}",
+                field(&|t| &t["usage"]["read_iops"]),
+                field(&|t| &t["caps"]["read_iops"])
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The twin of the daemon's group, fault and capacity-cut tests, on a live
 /// v2 kernel: a customer's `[[group]]` with a cgroup of its own holds its
 /// members' caps added up in that cgroup's `io.max` (v2 bounds a subtree),
@@ -675,12 +698,17 @@ cgroup = "customers/acme"
             .map(|s| s["devices"][0].clone())
             .unwrap_or(Value::Null);
         let acme_riops = riops(&io_max(&g, "customers/acme")).unwrap_or_else(|| "max".into());
+        let members = g.api("/api/v1/tenants").unwrap_or(Value::Null);
         learned.push(format!(
-            "{} acme riops={acme_riops}",
-            capacity_step_line(&d)
+            "{} acme riops={acme_riops} {}",
+            capacity_step_line(&d),
+            member_line(&members, &["q1", "staff/a", "staff/b"])
         ));
     }
     eprintln!("learned after the cut to 0.8, a second each (estimate/level verdict queue served need flags, acme's cap):\n  {}", learned.join("\n  "));
+    if let Some(s) = g.status() {
+        eprintln!("the daemon's intervals: {}", s["tick"]);
+    }
     let settled = cut_at + 3.0;
     let (q1, a, b) = (
         iops_since(&g, "q1", settled),

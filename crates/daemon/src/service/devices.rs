@@ -1,6 +1,7 @@
 //! The devices: one controller and one set of host backends per device, its
 //! presence checked each interval, and the tick that drives them.
 
+use super::timing::ReadTime;
 use super::{Service, Tenant, LIBVIRT_TIMEOUT, QMP_TIMEOUT};
 use crate::config::{Config, DeviceConfig, ModelSource};
 use crate::ownership::Original;
@@ -168,18 +169,26 @@ pub(super) fn build_device(
 impl Service {
     /// One interval: discovery, then each device's controller. Returns the
     /// longest decision time.
-    pub(super) fn tick(&mut self, now: Duration, early: bool) -> Duration {
+    pub(super) fn tick(&mut self, at: ReadTime, early: bool) -> Duration {
         self.reconcile();
         self.sync_cluster_floors();
-        let dt = self.clock.begin(now);
+        let dt = self.clock.begin(self.time_of(at));
         let mut decision = Duration::ZERO;
         for di in 0..self.devices.len() {
             if self.device_is_present(di) {
+                let now = self.time_of(at);
                 decision = decision.max(self.tick_device(di, now, dt, early));
             }
         }
-        self.publish(now);
+        self.publish(self.time_of(at));
         decision
+    }
+
+    fn time_of(&self, at: ReadTime) -> Duration {
+        match at {
+            ReadTime::At(now) => now,
+            ReadTime::Live => self.clock.now(),
+        }
     }
 
     /// Between intervals, on every present device: applies a cluster

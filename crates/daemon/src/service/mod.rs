@@ -54,7 +54,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use timing::TickClock;
+use timing::{ReadTime, TickClock};
 use tracing::{info, warn};
 
 /// How long a QMP command may take before the VM counts as unavailable.
@@ -227,7 +227,7 @@ impl Service {
     /// Returns the longest decision time. For benchmarks and tests that drive
     /// the clock themselves.
     pub fn step(&mut self, now: Duration) -> Duration {
-        self.tick(now, false)
+        self.tick(ReadTime::At(now), false)
     }
 
     /// The spec the tenant found as `found` under config entry `entry` is
@@ -322,7 +322,7 @@ impl Service {
                         continue;
                     }
                     let lateness = started.saturating_duration_since(next);
-                    let decision = self.tick(self.clock.now(), early);
+                    let decision = self.tick(ReadTime::Live, early);
                     let timing = TickTiming {
                         decision,
                         duration: started.elapsed(),

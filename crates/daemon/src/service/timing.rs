@@ -57,6 +57,18 @@ impl TickHistory {
     }
 }
 
+/// When an interval's counters count as read: at a time the caller gives
+/// (benchmarks and tests that drive the clock themselves), or on the
+/// service's clock as each device's counters are read, after discovery.
+/// Rates are counts over the time between two readings, so that time must
+/// be taken when the counters are, not before discovery, whose length
+/// varies with what it finds and, on a loaded host, with the CPU it gets.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum ReadTime {
+    At(Duration),
+    Live,
+}
+
 /// The service's clock and tick counts.
 #[derive(Debug)]
 pub(super) struct TickClock {
