@@ -68,11 +68,12 @@ pub struct TenantWindow {
     pub mean_latency_ms: Option<f64>,
     /// The cost cap in force at the window's end (None: unlimited).
     pub cap_cost: Option<f64>,
-    /// The share of the window after the tenant's I/O began, where it
-    /// began within the window (`None`: the whole window). Its floor there
-    /// is judged pro rata: a closed-loop tenant's fio processes take up to
-    /// half a second to issue their first I/O after they are started, and
-    /// no policy serves a floor's worth in what is left of the second.
+    /// The share of the window the tenant ran, where it began (or, in the
+    /// simulator, ended) within the window (`None`: the whole window). Its
+    /// floor there is judged pro rata: a closed-loop tenant's fio processes
+    /// take up to half a second to issue their first I/O after they are
+    /// started, and no policy serves a floor's worth in what is left of the
+    /// second, nor in the part of it before a tenant stops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_share: Option<f64>,
 }

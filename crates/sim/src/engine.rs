@@ -260,6 +260,43 @@ struct TenantRt {
     hidden: bool,
     /// Its cluster host, or [`NO_HOST`].
     host: u32,
+    activity: Activity,
+}
+
+/// When a tenant had jobs running, for the window being filled: a tenant
+/// that starts or stops within a window is owed its floor for the part of
+/// it it ran (`TenantWindow::active_share`), as the bench judges a start.
+#[derive(Debug, Clone, Copy, Default)]
+struct Activity {
+    /// Running since then (or since the window began, if later).
+    since: Option<u64>,
+    /// Running time in the window before `since`, in ns.
+    ran_ns: u64,
+}
+
+impl Activity {
+    fn set(&mut self, running: bool, now: u64) {
+        match (self.since, running) {
+            (None, true) => self.since = Some(now),
+            (Some(since), false) => {
+                self.ran_ns += now.saturating_sub(since);
+                self.since = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// The share of the window `(now - window_ns, now]` it ran, where that
+    /// is neither none nor all of it; starts the next window.
+    fn close(&mut self, now: u64, window_ns: u64) -> Option<f64> {
+        let start = now.saturating_sub(window_ns);
+        if let Some(since) = self.since.as_mut() {
+            self.ran_ns += now.saturating_sub((*since).max(start));
+            *since = now;
+        }
+        let share = std::mem::take(&mut self.ran_ns) as f64 / window_ns.max(1) as f64;
+        (share > 0.0 && share < 1.0 - 1e-9).then_some(share)
+    }
 }
 
 /// One cluster host's view of the shared device: its own I/Os at the
@@ -446,6 +483,7 @@ impl<'s> Engine<'s> {
                 managed,
                 hidden,
                 host,
+                activity: Activity::default(),
             });
             for job in jobs {
                 e.add_job(ti as u32, job);
@@ -527,6 +565,16 @@ impl<'s> Engine<'s> {
                 self.try_issue(id);
             }
         }
+        let tenant = self.jobs[job as usize].tenant;
+        let running = self
+            .jobs
+            .iter()
+            .filter(|j| j.tenant == tenant)
+            .flat_map(|j| &j.instances)
+            .any(|&i| self.instances[i as usize].active);
+        self.tenants[tenant as usize]
+            .activity
+            .set(running, self.now);
     }
 
     fn try_issue(&mut self, id: u32) {
@@ -817,19 +865,21 @@ impl<'s> Engine<'s> {
         self.account_device();
         let w = self.window_ns as f64 / NS;
         let t = (self.now - self.window_ns) as f64 / NS;
+        let (now, window_ns) = (self.now, self.window_ns);
         let tenants = self
             .tenants
             .iter_mut()
             .filter(|t| t.managed)
             .map(|t| {
                 let acc = std::mem::take(&mut t.acc);
+                let active_share = t.activity.close(now, window_ns);
                 TenantWindow {
                     got: acc.rates(w),
                     demand: None,
                     mean_latency_ms: (acc.ios > 0)
                         .then(|| acc.latency_ns as f64 / acc.ios as f64 / 1e6),
                     cap_cost: None,
-                    active_share: None,
+                    active_share,
                 }
             })
             .collect();

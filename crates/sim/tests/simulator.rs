@@ -568,3 +568,54 @@ fn a_cut_off_host_stays_held_and_cluster_runs_are_deterministic() {
     let floor = 4e6;
     assert!(mean(noisy3) >= floor, "its floor is kept");
 }
+
+/// A tenant that starts or stops within a window is owed its floor for the
+/// part of the window it ran, as the bench judges a start: the simulator
+/// records that part (`active_share`). Judged whole, a tenant at 1.2 times
+/// its floor would miss each window it ran only part of, as a burst that
+/// ended at x.5 s in a copy of `burst`, served at 1.8 times its floor while
+/// it ran, did.
+#[test]
+fn a_tenant_running_part_of_a_window_is_judged_for_that_part() {
+    let text = r#"name = "part"
+duration = "7s"
+warmup = "1s"
+seed = 3
+[device]
+parallelism = 4
+rbps = "400MiB/s"
+rseqiops = 8000
+rrandiops = 4000
+wbps = "200MiB/s"
+wseqiops = 4000
+wrandiops = 2000
+[[tenant]]
+name = "part"
+floor = "500iops"
+[[tenant.job]]
+rw = "randread"
+bs = "4k"
+iodepth = 4
+rate = "600iops"
+numjobs = 0
+phase = [{ at = "2.5s", numjobs = 1 }, { at = "4.25s", numjobs = 0 }]
+"#;
+    let sc = Scenario::parse(text, "part.toml").unwrap();
+    let out = simulate(&sc, Some(Control::Policy(PolicyKind::Floor)), &|_| {});
+    let shares: Vec<Option<f64>> = out
+        .windows
+        .iter()
+        .map(|w| {
+            w.tenants[0]
+                .active_share
+                .map(|s| (s * 100.0).round() / 100.0)
+        })
+        .collect();
+    assert_eq!(
+        shares,
+        vec![None, None, Some(0.5), None, Some(0.25), None, None],
+        "each window's share of the tenant's running time"
+    );
+    let m = &measured(&sc, &[PolicyKind::Floor])["floor"];
+    assert_eq!(m.floor_miss_rate, 0.0, "{:?}", m.tenants);
+}
