@@ -622,3 +622,122 @@ fn a_group_held_under_one_limit_takes_only_what_the_others_leave() {
         "the group's limit against the {left:.3} left: {limits:.3?}"
     );
 }
+
+/// The live v2 guest's group, replayed from its trace (docs/cgroup-v2.md):
+/// what q1 and the group's two members used in each interval after the
+/// disk's cut, and the capacity the loop believed in. Under one limit the
+/// QD-1 member `b` gets a few per cent of it whatever its part, so its use
+/// against its own part says nothing of whether it wants more: judged by
+/// it, `b` counted as pressing whenever its part was small, took half the
+/// group's allocation the next interval, and the busy member's cap swung
+/// between 140 and 280 IOPS every other second (the group's limit 227 /
+/// 298). The room the limit left each member, beside its siblings' use, is
+/// what it was held to.
+#[test]
+fn a_quiet_member_under_one_limit_does_not_swing_its_group() {
+    let mut g = GroupSpec::new("acme");
+    g.floor = Some(Rate::Iops(150.0));
+    g.shared_limit = true;
+    let g = Arc::new(g);
+    let member = |name: &str| {
+        let mut s = TenantSpec::new(name, TenantClass::Container);
+        s.group = Some(g.clone());
+        Arc::new(s)
+    };
+    let floor = |name: &str, f: f64| {
+        Arc::new(TenantSpec::new(name, TenantClass::Container).with_floor(Rate::Iops(f)))
+    };
+    let specs = [
+        floor("q1", 150.0),
+        floor("late", 25.0),
+        member("a"),
+        member("b"),
+    ];
+    // The guest's disk model: 500 IOPS of 4 KiB random reads.
+    let cost = CostModel::new(CostParams {
+        rbps: 100e9,
+        rseqiops: 500.0,
+        rrandiops: 500.0,
+        wbps: 100e9,
+        wseqiops: 500.0,
+        wrandiops: 500.0,
+    })
+    .unwrap();
+    let mut policy = build(
+        PolicyKind::Floor,
+        &PolicyParams::default(),
+        PolicyContext {
+            cost,
+            capacity: 1.0,
+        },
+    );
+    // The estimate, then q1's, a's and b's IOPS, each interval.
+    let trace = [
+        (1.04, 165.0, 270.0, 29.0),
+        (1.04, 165.0, 181.0, 20.0),
+        (0.91, 174.0, 164.0, 11.0),
+        (0.95, 165.0, 246.0, 21.0),
+        (0.99, 165.0, 173.0, 16.0),
+        (1.01, 165.0, 249.0, 22.0),
+        (1.01, 165.0, 177.0, 13.0),
+        (1.00, 171.0, 174.0, 16.0),
+    ];
+    let read = |iops: f64| Usage {
+        read: DirUsage {
+            ios: iops,
+            bytes: iops * 4096.0,
+            seq_ios: 0.0,
+        },
+        ..Default::default()
+    };
+    let mut q1_caps = Caps::NONE;
+    let mut decided = Vec::new();
+    for (step, &(estimate, q1, a, b)) in trace.iter().enumerate() {
+        policy.resume_capacity(estimate);
+        // The members' own cgroups hold no cap: the group's does.
+        let tenants: Vec<TenantSample> = specs
+            .iter()
+            .zip([q1, 0.0, a, b])
+            .map(|(spec, iops)| TenantSample {
+                spec: spec.clone(),
+                usage: Some(read(iops)),
+                caps: if spec.name == "q1" {
+                    q1_caps
+                } else {
+                    Caps::NONE
+                },
+            })
+            .collect();
+        let snap = Snapshot {
+            now: Duration::from_secs(20 + step as u64),
+            interval: Duration::from_secs(1),
+            device: Some(DeviceSample {
+                utilisation: 0.9,
+                avg_queue: 0.6,
+                iops: q1 + a + b,
+            }),
+            tenants: &tenants,
+            foreign_load: 0.0,
+        };
+        let caps = policy.decide(&snap);
+        q1_caps = caps[0];
+        let iops = |c: &Caps| c.read_iops.unwrap_or(f64::INFINITY);
+        decided.push((estimate, iops(&caps[2]) + iops(&caps[3]), iops(&caps[3])));
+    }
+    let most_b = trace.iter().map(|t| t.3).fold(0.0, f64::max);
+    for (k, w) in decided.windows(2).enumerate() {
+        let ((est0, limit0, _), (est1, limit1, b_part)) = (w[0], w[1]);
+        assert!(
+            b_part <= 2.0 * most_b,
+            "interval {}: the quiet member's part {b_part:.0} IOPS for a use of at most {most_b}: {decided:.0?}",
+            k + 1
+        );
+        if est1 >= est0 {
+            assert!(
+                limit1 >= 0.9 * limit0,
+                "interval {}: the group's limit fell from {limit0:.0} to {limit1:.0} IOPS with the estimate steady: {decided:.2?}",
+                k + 1
+            );
+        }
+    }
+}
