@@ -690,22 +690,20 @@ fn a_quiet_member_under_one_limit_does_not_swing_its_group() {
         },
         ..Default::default()
     };
-    let mut q1_caps = Caps::NONE;
+    // The caps in force, as the controller passes them: what it applied,
+    // for a member its part of the group's limit.
+    let mut caps = vec![Caps::NONE; specs.len()];
     let mut decided = Vec::new();
     for (step, &(estimate, q1, a, b)) in trace.iter().enumerate() {
         policy.resume_capacity(estimate);
-        // The members' own cgroups hold no cap: the group's does.
         let tenants: Vec<TenantSample> = specs
             .iter()
             .zip([q1, 0.0, a, b])
-            .map(|(spec, iops)| TenantSample {
+            .zip(&caps)
+            .map(|((spec, iops), caps)| TenantSample {
                 spec: spec.clone(),
                 usage: Some(read(iops)),
-                caps: if spec.name == "q1" {
-                    q1_caps
-                } else {
-                    Caps::NONE
-                },
+                caps: *caps,
             })
             .collect();
         let snap = Snapshot {
@@ -719,8 +717,7 @@ fn a_quiet_member_under_one_limit_does_not_swing_its_group() {
             tenants: &tenants,
             foreign_load: 0.0,
         };
-        let caps = policy.decide(&snap);
-        q1_caps = caps[0];
+        caps = policy.decide(&snap);
         let iops = |c: &Caps| c.read_iops.unwrap_or(f64::INFINITY);
         decided.push((estimate, iops(&caps[2]) + iops(&caps[3]), iops(&caps[3])));
     }

@@ -357,6 +357,8 @@ struct Pricing {
     /// a member of a group under one limit what that limit left it beside
     /// its siblings' use ([`held_to`]).
     held_to: Vec<Option<f64>>,
+    /// Each tenant is a member of a group enforced as one limit.
+    under_one_limit: Vec<bool>,
 }
 
 /// What our caps held each tenant to last interval (`None`: nothing). A
@@ -368,14 +370,16 @@ struct Pricing {
 /// limit whatever its part, counted as pressing whenever its part was
 /// small, took half the group's allocation in the next interval and its
 /// busy sibling's cap swung between 140 and 280 IOPS every other second.
+/// Returns it with, per tenant, whether it is such a member.
 fn held_to(
     tree: &Tree,
     own_floors: &[f64],
     node_ceiling: &[f64],
     prev: &[TenantState],
     usage: &[f64],
-) -> Vec<Option<f64>> {
+) -> (Vec<Option<f64>>, Vec<bool>) {
     let mut held: Vec<Option<f64>> = prev.iter().map(|st| st.cap).collect();
+    let mut shared = vec![false; prev.len()];
     for k in 0..tree.groups().len() {
         let Some(members) = shared_members(tree, own_floors, node_ceiling, k) else {
             continue;
@@ -384,9 +388,10 @@ fn held_to(
         let used: f64 = members.iter().map(|&i| usage[i]).sum();
         for &i in members {
             held[i] = caps.map(|c| (c - (used - usage[i])).max(0.0));
+            shared[i] = true;
         }
     }
-    held
+    (held, shared)
 }
 
 /// The members of group `k` where the group is enforced as one limit over
@@ -987,10 +992,11 @@ impl FloorPolicy {
                 .map(|t| t.spec.weight.max(1e-9))
                 .collect(),
             held_to: Vec::new(),
+            under_one_limit: Vec::new(),
             mixes,
             prev,
         };
-        pricing.held_to = held_to(
+        (pricing.held_to, pricing.under_one_limit) = held_to(
             &pricing.tree,
             &pricing.own_floors,
             &pricing.node_ceiling,
@@ -1161,8 +1167,14 @@ impl FloorPolicy {
                     .unwrap_or(f64::INFINITY);
                 let u = priced.usage[i];
                 // Only I/O presses: an idle tenant under any cap is not held.
-                let pressing = u > 0.0
-                    && held_at(priced.held_to[i], t, cost).is_some_and(|cap| u >= p.pressing * cap);
+                // Under one limit the caps in force are the members' parts
+                // of it, which hold none of them alone.
+                let held = if priced.under_one_limit[i] {
+                    priced.held_to[i]
+                } else {
+                    held_at(priced.held_to[i], t, cost)
+                };
+                let pressing = u > 0.0 && held.is_some_and(|cap| u >= p.pressing * cap);
                 let latency = t.usage.and_then(|u| u.latency_us);
                 let starved = u > 0.0
                     && u < floor
