@@ -10,7 +10,10 @@ fn window_missed(run: &RunRecord, i: usize, w: &TenantWindow) -> Option<bool> {
     let floor = t.floor.map(|f| f.value());
     let demand = w.demand.map(|d| d.in_unit(t.unit));
     let active = w.active_share.map_or(1.0, |a| a.clamp(0.0, 1.0));
-    let entitled = entitlement(floor, demand)? * active;
+    // The floor is owed for the part of the window the tenant ran; what it
+    // asks (its run alone, in the same window) already covers only that
+    // part, so it is not scaled again.
+    let entitled = entitlement(floor.map(|f| f * active), demand)?;
     if entitled <= 0.0 {
         return None;
     }
@@ -529,6 +532,18 @@ mod tests {
         assert_eq!(measure(&r).floor_miss_rate, 0.0);
         r.windows[2].tenants[0].active_share = Some(0.7);
         assert!((measure(&r).floor_miss_rate - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_part_window_owes_the_floor_for_that_part_not_less() {
+        // Floor 100; the tenant ran 0.5 of window 2, asking 120 a second
+        // (60 alone in that window): it is owed 50, not half of the 60 it
+        // asked. 45 misses it; 48 meets it.
+        let mut r = run(&[(0.0, 200.0), (100.0, 200.0), (45.0, 60.0)], vec![]);
+        r.windows[2].tenants[0].active_share = Some(0.5);
+        assert!((measure(&r).floor_miss_rate - 0.5).abs() < 1e-12);
+        r.windows[2].tenants[0].got.iops = 48.0;
+        assert_eq!(measure(&r).floor_miss_rate, 0.0);
     }
 
     #[test]

@@ -353,45 +353,58 @@ struct Pricing {
     node_weight: Vec<f64>,
     /// Each tenant's best latency seen, for starvation (step 3).
     latency_floor: Vec<Option<f64>>,
-    /// What our caps held each tenant to last interval: its own cap, or for
-    /// a member of a group under one limit what that limit left it beside
-    /// its siblings' use ([`held_to`]).
-    held_to: Vec<Option<f64>>,
-    /// Each tenant is a member of a group enforced as one limit.
-    under_one_limit: Vec<bool>,
+    /// For a member of a group enforced as one limit, whether it presses
+    /// against that limit ([`pressing_under_one_limit`]); `None` for any
+    /// other tenant, judged against its own cap.
+    presses_one_limit: Vec<Option<bool>>,
 }
 
-/// What our caps held each tenant to last interval (`None`: nothing). A
-/// member of a group enforced as one limit is held by the members' caps
-/// added up, not by its own part of them: the kernel lets any member use
-/// what another leaves, so its use against its part says nothing, and the
-/// room the limit left it is the sum less its siblings' use. Judged by its
-/// part, the guest's QD-1 member, which gets a few per cent of its group's
-/// limit whatever its part, counted as pressing whenever its part was
-/// small, took half the group's allocation in the next interval and its
-/// busy sibling's cap swung between 140 and 280 IOPS every other second.
-/// Returns it with, per tenant, whether it is such a member.
-fn held_to(
+/// The least part of an even share of its group's use that makes a member
+/// under one limit a busy one: two members of a similar load both are,
+/// a QD-1 member beside a QD-16 one (4-7 % of what the two used) is not.
+const BUSY_SHARE: f64 = 0.5;
+
+/// Whether each member of a group enforced as one limit presses against
+/// it (`None` for other tenants). The kernel holds the members' caps added
+/// up, not each member's part, so a member's use against its own part says
+/// nothing: judged so, the guest's QD-1 member, which gets a few per cent
+/// of its group's limit whatever its part, counted as pressing whenever
+/// its part was small, took half the group's allocation the next interval,
+/// and its busy sibling's cap swung between 140 and 280 IOPS every other
+/// second. Judged by the room the limit left it beside its siblings' use,
+/// the quiet member pressed whenever the busy one filled the limit. So the
+/// group presses when its members used `pressing` of the limit, and then
+/// the members that used at least half an even share of what it used press
+/// (the busy ones; a quiet member would take more only if the busy ones
+/// left it). `known` is each tenant's cap as [`held_at`] reads it (ours,
+/// else the one in force: a new allocator after a takeover has none of its
+/// own); while a member has none, the backends cap each on its own, so
+/// each is judged by its own.
+fn pressing_under_one_limit(
     tree: &Tree,
     own_floors: &[f64],
     node_ceiling: &[f64],
-    prev: &[TenantState],
     usage: &[f64],
-) -> (Vec<Option<f64>>, Vec<bool>) {
-    let mut held: Vec<Option<f64>> = prev.iter().map(|st| st.cap).collect();
-    let mut shared = vec![false; prev.len()];
+    known: &[Option<f64>],
+    pressing: f64,
+) -> Vec<Option<bool>> {
+    let mut presses = vec![None; usage.len()];
     for k in 0..tree.groups().len() {
         let Some(members) = shared_members(tree, own_floors, node_ceiling, k) else {
             continue;
         };
-        let caps: Option<f64> = members.iter().map(|&i| prev[i].cap).sum();
+        let Some(limit) = members.iter().map(|&i| known[i]).sum::<Option<f64>>() else {
+            continue;
+        };
         let used: f64 = members.iter().map(|&i| usage[i]).sum();
+        let active = members.iter().filter(|&&i| usage[i] > 0.0).count().max(1);
+        let group_presses = used > 0.0 && used >= pressing * limit;
         for &i in members {
-            held[i] = caps.map(|c| (c - (used - usage[i])).max(0.0));
-            shared[i] = true;
+            let busy = usage[i] > 0.0 && usage[i] * active as f64 >= BUSY_SHARE * used;
+            presses[i] = Some(group_presses && busy);
         }
     }
-    (held, shared)
+    presses
 }
 
 /// The members of group `k` where the group is enforced as one limit over
@@ -426,9 +439,11 @@ impl Pricing {
         let want: Vec<f64> = self
             .usage
             .iter()
-            .zip(&self.held_to)
-            .map(|(&u, held)| match *held {
-                Some(cap) if u > 0.0 && u >= p.pressing * cap => f64::INFINITY,
+            .zip(&self.prev)
+            .zip(&self.presses_one_limit)
+            .map(|((&u, st), one_limit)| match (*one_limit, st.cap) {
+                (Some(true), _) => f64::INFINITY,
+                (None, Some(cap)) if u > 0.0 && u >= p.pressing * cap => f64::INFINITY,
                 _ => u * (1.0 + p.headroom),
             })
             .collect();
@@ -619,6 +634,9 @@ struct GroupGuard {
     can_give: f64,
     entitled: f64,
     floors_fit: f64,
+    /// Nobody is short of a floor: a held fast-path member may use all the
+    /// others leave (`CapRules::hold`), past what their entitlements leave.
+    fast_path_open: bool,
 }
 
 /// Caps for the members of groups enforced as one limit (`shared_limit`:
@@ -633,7 +651,13 @@ struct GroupGuard {
 /// that caps each member alone would need). Only for groups of plain
 /// members (no floors or ceilings of their own, no groups inside): the
 /// backends put such a group's caps on one limit.
-fn share_limits(priced: &Pricing, shares: &Shares, guard: &GroupGuard, decided: &mut [Decided]) {
+fn share_limits(
+    priced: &Pricing,
+    tenants: &[Priced],
+    shares: &Shares,
+    guard: &GroupGuard,
+    decided: &mut [Decided],
+) {
     let tree = &priced.tree;
     for k in 0..tree.groups().len() {
         let Some(members) = shared_members(tree, &priced.own_floors, &priced.node_ceiling, k)
@@ -681,7 +705,15 @@ fn share_limits(priced: &Pricing, shares: &Shares, guard: &GroupGuard, decided: 
                     }
                 })
                 .sum();
-            held_caps.min(left)
+            let fast_path = guard.fast_path_open
+                && members
+                    .iter()
+                    .any(|&i| decided[i].holds && tenants[i].fast_path);
+            if fast_path {
+                held_caps
+            } else {
+                held_caps.min(left)
+            }
         } else {
             left
         };
@@ -933,8 +965,9 @@ impl<'a> CapRules<'a> {
             can_give: self.can_give,
             entitled: self.entitled,
             floors_fit: self.floors_fit,
+            fast_path_open: !self.any_starved,
         };
-        share_limits(priced, self.shares, &guard, &mut decided);
+        share_limits(priced, self.tenants, self.shares, &guard, &mut decided);
         decided
     }
 }
@@ -991,17 +1024,23 @@ impl FloorPolicy {
                 .iter()
                 .map(|t| t.spec.weight.max(1e-9))
                 .collect(),
-            held_to: Vec::new(),
-            under_one_limit: Vec::new(),
+            presses_one_limit: Vec::new(),
             mixes,
             prev,
         };
-        (pricing.held_to, pricing.under_one_limit) = held_to(
+        let known: Vec<Option<f64>> = snapshot
+            .tenants
+            .iter()
+            .zip(&pricing.prev)
+            .map(|(t, st)| held_at(st.cap, t, cost))
+            .collect();
+        pricing.presses_one_limit = pressing_under_one_limit(
             &pricing.tree,
             &pricing.own_floors,
             &pricing.node_ceiling,
-            &pricing.prev,
             &pricing.usage,
+            &known,
+            self.params.pressing,
         );
         if !pricing.tree.is_flat() {
             pricing.share_group_floors(&self.params, cost);
@@ -1169,12 +1208,11 @@ impl FloorPolicy {
                 // Only I/O presses: an idle tenant under any cap is not held.
                 // Under one limit the caps in force are the members' parts
                 // of it, which hold none of them alone.
-                let held = if priced.under_one_limit[i] {
-                    priced.held_to[i]
-                } else {
-                    held_at(priced.held_to[i], t, cost)
-                };
-                let pressing = u > 0.0 && held.is_some_and(|cap| u >= p.pressing * cap);
+                let pressing = priced.presses_one_limit[i].unwrap_or_else(|| {
+                    u > 0.0
+                        && held_at(priced.prev[i].cap, t, cost)
+                            .is_some_and(|cap| u >= p.pressing * cap)
+                });
                 let latency = t.usage.and_then(|u| u.latency_us);
                 let starved = u > 0.0
                     && u < floor
@@ -1363,6 +1401,58 @@ mod tests {
             tenants,
             foreign_load: 0.0,
         }
+    }
+
+    /// Under one limit the group presses when its members used nearly all
+    /// of it, and then the busy members press, not a quiet one whatever
+    /// its part; the limit is read from the caps in force where the policy
+    /// has none of its own (a new allocator after a takeover). While a
+    /// member has no cap at all the backends cap each on its own, so each
+    /// is judged by its own.
+    #[test]
+    fn under_one_limit_the_busy_members_press_when_the_group_does() {
+        let mut g = crate::model::GroupSpec::new("pod");
+        g.shared_limit = true;
+        let g = std::sync::Arc::new(g);
+        let member = |name: &str| {
+            let mut t = tenant(name, None, writes64k(1.0), Caps::NONE);
+            let mut spec = (*t.spec).clone();
+            spec.group = Some(g.clone());
+            t.spec = std::sync::Arc::new(spec);
+            t
+        };
+        let tenants = [
+            member("busy"),
+            member("quiet"),
+            tenant("other", Some(10.0), writes64k(1.0), Caps::NONE),
+        ];
+        let tree = Tree::build(&tenants);
+        let (floors, ceilings) = ([0.0; 3], [f64::INFINITY; 3]);
+        let presses = |usage: [f64; 3], known: [Option<f64>; 3]| {
+            pressing_under_one_limit(&tree, &floors, &ceilings, &usage, &known, 0.9)
+        };
+        // The limit 0.6 (parts 0.4 + 0.2 in force), used to 0.58: the
+        // quiet member, at 0.03, uses more than its room and does not press.
+        let known = [Some(0.4), Some(0.2), Some(0.3)];
+        assert_eq!(
+            presses([0.55, 0.03, 0.2], known),
+            vec![Some(true), Some(false), None]
+        );
+        // The group used half its limit: nobody presses.
+        assert_eq!(
+            presses([0.27, 0.03, 0.2], known),
+            vec![Some(false), Some(false), None]
+        );
+        // Two busy members share the limit: both press.
+        assert_eq!(
+            presses([0.3, 0.28, 0.2], known),
+            vec![Some(true), Some(true), None]
+        );
+        // One member without a cap: each is judged by its own.
+        assert_eq!(
+            presses([0.55, 0.03, 0.2], [Some(0.4), None, Some(0.3)]),
+            vec![None; 3]
+        );
     }
 
     #[test]
