@@ -529,6 +529,35 @@ fn an_idle_member_under_a_filled_ceiling_is_not_stopped_dead() {
     }
 }
 
+/// The live v2 guest's tenants: q1 and late with floors of their own, and
+/// customer acme (`group_floor`) enforced as one limit over members a and
+/// b; every rate in `unit`.
+fn acme_beside_q1_and_late(
+    unit: fn(f64) -> Rate,
+    group_floor: f64,
+    q1: f64,
+    late: f64,
+) -> [Arc<TenantSpec>; 4] {
+    let mut g = GroupSpec::new("acme");
+    g.floor = Some(unit(group_floor));
+    g.shared_limit = true;
+    let g = Arc::new(g);
+    let member = |name: &str| {
+        let mut s = TenantSpec::new(name, TenantClass::Container);
+        s.group = Some(g.clone());
+        Arc::new(s)
+    };
+    let floor = |name: &str, f: f64| {
+        Arc::new(TenantSpec::new(name, TenantClass::Container).with_floor(unit(f)))
+    };
+    [
+        floor("q1", q1),
+        floor("late", late),
+        member("a"),
+        member("b"),
+    ]
+}
+
 /// The live v2 guest's group (docs/cgroup-v2.md): a customer's cgroup holds
 /// its members' caps as one limit, its QD-16 member takes all the limit
 /// leaves and its QD-1 sibling a few percent of it, whatever it asks. The
@@ -539,24 +568,7 @@ fn an_idle_member_under_a_filled_ceiling_is_not_stopped_dead() {
 /// 0.67 and 0.78 of the device, 0.67 left).
 #[test]
 fn a_group_held_under_one_limit_takes_only_what_the_others_leave() {
-    let mut g = GroupSpec::new("acme");
-    g.floor = Some(Rate::Cost(0.3));
-    g.shared_limit = true;
-    let g = Arc::new(g);
-    let member = |name: &str| {
-        let mut s = TenantSpec::new(name, TenantClass::Container);
-        s.group = Some(g.clone());
-        Arc::new(s)
-    };
-    let floor = |name: &str, f: f64| {
-        Arc::new(TenantSpec::new(name, TenantClass::Container).with_floor(Rate::Cost(f)))
-    };
-    let specs = [
-        floor("q1", 0.3),
-        floor("late", 0.05),
-        member("a"),
-        member("b"),
-    ];
+    let specs = acme_beside_q1_and_late(Rate::Cost, 0.3, 0.3, 0.05);
     let cost = CostModel::new(CostParams {
         rbps: 2e9,
         rseqiops: 400e3,
@@ -631,28 +643,11 @@ fn a_group_held_under_one_limit_takes_only_what_the_others_leave() {
 /// it, `b` counted as pressing whenever its part was small, took half the
 /// group's allocation the next interval, and the busy member's cap swung
 /// between 140 and 280 IOPS every other second (the group's limit 227 /
-/// 298). The room the limit left each member, beside its siblings' use, is
-/// what it was held to.
+/// 298). The group presses when its members used nearly all the limit,
+/// and then only its busy members do.
 #[test]
 fn a_quiet_member_under_one_limit_does_not_swing_its_group() {
-    let mut g = GroupSpec::new("acme");
-    g.floor = Some(Rate::Iops(150.0));
-    g.shared_limit = true;
-    let g = Arc::new(g);
-    let member = |name: &str| {
-        let mut s = TenantSpec::new(name, TenantClass::Container);
-        s.group = Some(g.clone());
-        Arc::new(s)
-    };
-    let floor = |name: &str, f: f64| {
-        Arc::new(TenantSpec::new(name, TenantClass::Container).with_floor(Rate::Iops(f)))
-    };
-    let specs = [
-        floor("q1", 150.0),
-        floor("late", 25.0),
-        member("a"),
-        member("b"),
-    ];
+    let specs = acme_beside_q1_and_late(Rate::Iops, 150.0, 150.0, 25.0);
     // The guest's disk model: 500 IOPS of 4 KiB random reads.
     let cost = CostModel::new(CostParams {
         rbps: 100e9,
