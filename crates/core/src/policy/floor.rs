@@ -214,15 +214,6 @@ const CAPACITY_MIN: f64 = 0.05;
 /// Share of the learned capacity left to the tenants we decide however
 /// much foreign load is reported ([`Snapshot::foreign_load`]).
 const MIN_OURS: f64 = 0.25;
-/// The release factor while the capacity loop gives a device that got
-/// faster back what it delivered ([`CapacityLoop::regaining`]): none, a
-/// held tenant's cap goes to its share at once. The release factor guards
-/// against an estimate the device has not shown it serves; here its own
-/// latency has (the same load waiting a quarter less, clear of the
-/// threshold). Released by 1.5 an interval, `sawing`'s noisy tenant took 4
-/// intervals to fill each high phase (19 seeds: work conservation 0.930
-/// with the estimate regained at once, 0.936 with this too).
-const REGAIN_RELEASE_FACTOR: f64 = f64::INFINITY;
 
 pub struct FloorPolicy {
     params: FloorParams,
@@ -503,8 +494,6 @@ struct DeviceVerdict {
     /// What step 4 shares out: the target share of capacity, or everything
     /// when fewer than two tenants compete.
     to_share: f64,
-    /// Largest factor by which a cap may grow this interval.
-    release_factor: f64,
 }
 
 /// What the tenants' own figures say about the device in an interval (step
@@ -766,8 +755,6 @@ struct CapRules<'a> {
     shares: &'a Shares,
     capacity: f64,
     contended: bool,
-    /// Largest factor by which a cap may grow ([`DeviceVerdict::release_factor`]).
-    release_factor: f64,
     any_starved: bool,
     /// The entitlements added up.
     entitled: f64,
@@ -816,7 +803,6 @@ impl<'a> CapRules<'a> {
             shares,
             capacity,
             contended: device.contended,
-            release_factor: device.release_factor,
             any_starved: tenants.iter().any(|t| t.starved),
             entitled,
             can_give,
@@ -865,7 +851,7 @@ impl<'a> CapRules<'a> {
         let loosened = match prev_cap {
             Some(old) => self.limited(
                 i,
-                (old * self.release_factor).max(old + RELEASE_STEP * self.capacity),
+                (old * self.params.release_factor).max(old + RELEASE_STEP * self.capacity),
             ),
             None => {
                 let ceiling = self.tenants[i].ceiling;
@@ -925,9 +911,8 @@ impl<'a> CapRules<'a> {
             shares.alloc[i] + self.lent[i]
         };
         let grown = match priced.prev[i].cap {
-            Some(old) if share > old => {
-                share.min((old * self.release_factor).max(old + RELEASE_STEP * self.capacity))
-            }
+            Some(old) if share > old => share
+                .min((old * self.params.release_factor).max(old + RELEASE_STEP * self.capacity)),
             _ => share,
         };
         Decided {
@@ -1143,11 +1128,6 @@ impl FloorPolicy {
                 can_give
             } else {
                 f64::INFINITY
-            },
-            release_factor: if self.capacity.regaining() {
-                REGAIN_RELEASE_FACTOR
-            } else {
-                p.release_factor
             },
         }
     }
