@@ -18,32 +18,15 @@ scenarios. Runs two simulations at a time.
 """
 
 import concurrent.futures
-import json
 import os
 import statistics
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from seeds import DEFAULT_SEEDS  # noqa: E402
+from seeds import DEFAULT_SEEDS, run  # noqa: E402
 from importlib import import_module  # noqa: E402
 
 scenarios = import_module("sim-identical").scenarios
-
-
-def figures(iofloor, scenario, seed):
-    """(floor-miss, worst protected floor-miss, WC, p99 ratio) of one run."""
-    args = [iofloor, "sim", scenario, "--policy", "floor", "--json"]
-    if seed is not None:
-        args += ["--seed", str(seed)]
-    out = subprocess.run(args, capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"{iofloor} sim {scenario} --seed {seed}: {out.stderr.strip()}")
-    floor = json.loads(out.stdout)["policies"]["floor"]
-    protected = [t for t in floor["tenants"] if not t["noisy"] and t["floor"] is not None]
-    worst = max((t["floor_miss_rate"] for t in protected), default=0.0)
-    wc = floor.get("device_work_conservation") or floor["work_conservation"]
-    return floor["floor_miss_rate"], worst, wc, floor["protected_p99_ratio"]
 
 
 def summary(runs):
@@ -73,7 +56,7 @@ def main():
         for build in args:
             for name in names:
                 for seed in seeds:
-                    jobs[(build, name, seed)] = pool.submit(figures, build, name, seed)
+                    jobs[(build, name, seed)] = pool.submit(run, name, seed, build)
     print(f"{len(seeds)} seed(s) each; miss = mean floor-miss, worst = the worst protected "
           "tenant at any seed, >2% = seeds with one above 2 %")
     print(f"{'scenario':<18} {'build':<28} {'miss':>6} {'worst':>6} {'>2%':>4} "
