@@ -397,6 +397,12 @@ pub struct CapacityLoop {
     /// What was served in the last intervals in a row that proved the
     /// device short of the floors (at most [`PROOF_INTERVALS`]), newest last.
     short_served: std::collections::VecDeque<f64>,
+    /// What the floors needed in the last interval (capped at the bound):
+    /// a need that rises past an estimate not proven short of the old one
+    /// lifts it ([`Self::meet_a_risen_need`]).
+    floors_need_before: f64,
+    /// Intervals since the device last proved itself short of the floors.
+    since_proof: u32,
 
     /// The latency (µs) of the interval that showed the device faster,
     /// while the estimate is given back what it delivered ([`REGAIN_RISE`]).
@@ -463,6 +469,8 @@ impl CapacityLoop {
             recent_us: std::collections::VecDeque::with_capacity(BASELINE_WINDOW),
             recent_service_us: std::collections::VecDeque::with_capacity(BASELINE_WINDOW),
             short_served: std::collections::VecDeque::with_capacity(PROOF_INTERVALS),
+            floors_need_before: 0.0,
+            since_proof: u32::MAX,
             recent_points: std::collections::VecDeque::with_capacity(SPEED_UP_INTERVALS),
             delivered: std::collections::VecDeque::with_capacity(MEMORY_INTERVALS as usize),
 
@@ -705,6 +713,7 @@ impl CapacityLoop {
     pub fn update(&mut self, obs: &Observation) -> f64 {
         let (low, high) = self.bounds();
         self.start_interval(obs);
+        self.meet_a_risen_need(obs, high);
         let served = obs.served.is_finite().then_some(obs.served.max(0.0));
         let stepped_down_at_us = self.stepped_down_at_us.take();
         let held_by_a_queue = self.held_by_a_queue(obs, served);
@@ -810,6 +819,7 @@ impl CapacityLoop {
             self.since_arrival.saturating_add(1)
         };
         self.learn_hold = self.learn_hold.saturating_sub(1);
+        self.since_proof = self.since_proof.saturating_add(1);
         if let Some((_, age)) = self.last_overload.as_mut() {
             *age += 1;
             if *age > MEMORY_INTERVALS {
@@ -1110,6 +1120,36 @@ impl CapacityLoop {
         }
     }
 
+    /// The floors' need rose (a tenant with a floor began its I/O, a floor
+    /// grew) past an estimate that was at least the old need: nothing has
+    /// proven the device short of the new one, so the estimate is lifted
+    /// to it before the interval is judged. A cut made before the newcomer
+    /// came kept only the floors active then; left there, the newcomer's
+    /// arrival read as floors that no longer fit and scaled every floor
+    /// down (the daemon's podman test in CI: a pod whose containers began
+    /// an interval after the others, the estimate cut to 0.70 at the
+    /// others' need of 0.57, the floors' 0.77 scaled by 0.9 and the pod
+    /// below its floor for 11 s). An estimate below the old need was
+    /// proven short of it ([`PROOF_INTERVALS`]) and stays; so does one on a
+    /// device proven short within [`MEMORY_INTERVALS`], whose need fell
+    /// as a tenant paused and rose again as it came back: the device
+    /// still serves what it proved, not the need.
+    fn meet_a_risen_need(&mut self, obs: &Observation, high: f64) {
+        let need = if obs.floors_need.is_finite() {
+            obs.floors_need.max(0.0).min(high)
+        } else {
+            0.0
+        };
+        let before = std::mem::replace(&mut self.floors_need_before, need);
+        if need > before
+            && self.estimate < need
+            && self.estimate >= before * (1.0 - 1e-9)
+            && self.since_proof > MEMORY_INTERVALS
+        {
+            self.estimate = need;
+        }
+    }
+
     /// A tenant that stopped in the last interval used less than its floor
     /// there, and with a latency past the threshold that looked like a
     /// tenant the device held back: an overload. Seen stopped now, the cut
@@ -1155,6 +1195,7 @@ impl CapacityLoop {
         if self.short_served.len() < PROOF_INTERVALS {
             return f64::INFINITY;
         }
+        self.since_proof = 0;
         self.short_served.iter().copied().fold(0.0, f64::max)
     }
 
@@ -1846,6 +1887,47 @@ mod tests {
         assert_eq!(c.update(&dip(0.5)), 0.8);
         // Three intervals of it are what the device sustains now.
         assert_eq!(c.update(&dip(0.5)), 0.5);
+    }
+
+    #[test]
+    fn a_floor_that_begins_after_a_cut_is_not_priced_out_by_it() {
+        // The daemon's podman test: an uncapped noisy container's queue
+        // cuts the estimate deep while only two floors are active; the
+        // pod's floor begins an interval later.
+        let mut c = with_baseline(500.0, 0.1);
+        let start = |need, newcomer| Observation {
+            floors_need: need,
+            newcomer,
+            avg_queue: Some(11.0),
+            interval: Some(std::time::Duration::from_secs(1)),
+            ..obs(10_000.0, 0.99, true, true)
+        };
+        c.update(&start(0.57, false));
+        assert!(c.estimate() < 0.75, "cut deep: {}", c.estimate());
+        c.update(&start(0.77, true));
+        assert!(c.estimate() >= 0.77, "the new need: {}", c.estimate());
+        // The new need is judged like any other: three intervals short of
+        // it prove the device smaller.
+        for _ in 0..3 {
+            c.update(&Observation {
+                floors_need: 0.77,
+                avg_queue: Some(11.0),
+                ..obs(10_000.0, 0.6, true, true)
+            });
+        }
+        assert_eq!(c.estimate(), 0.6);
+        // A tenant pausing and coming back lowers and raises the need: the
+        // device proved 0.6, not the need.
+        c.update(&Observation {
+            floors_need: 0.5,
+            ..obs(400.0, 0.5, false, false)
+        });
+        c.update(&Observation {
+            floors_need: 0.77,
+            newcomer: true,
+            ..obs(400.0, 0.5, false, false)
+        });
+        assert!(c.estimate() < 0.77, "{}", c.estimate());
     }
 
     #[test]
@@ -2839,7 +2921,10 @@ mod tests {
             ..obs(1e9, 1e-9, true, true)
         });
         assert_eq!(c.estimate(), 0.05);
-        c.update(&obs(1e10, 1.0, false, true));
+        c.update(&Observation {
+            floors_need: 0.0,
+            ..obs(1e10, 1.0, false, true)
+        });
         assert_eq!(c.estimate(), 0.05, "a step down stays in bounds");
         for _ in 0..500 {
             c.update(&obs(1.0, 2.0, true, true));
