@@ -487,6 +487,29 @@ impl DeviceLoop {
         state.avg_queue = report.device.map(|s| s.avg_queue);
         state.capacity_estimate = self.controller.capacity_estimate();
         state.capacity_step = self.controller.capacity_step();
+        // Each interval's judgement, for an operator asking why the learned
+        // capacity moved (`IOFLOOR_LOG=iofloor_daemon=debug`).
+        if let Some(step) = &state.capacity_step {
+            debug!(
+                device = %self.config.name,
+                verdict = ?step.verdict,
+                estimate = step.estimate,
+                level = step.level,
+                served = step.served,
+                floors_need = step.floors_need,
+                latency_us = step.latency_us,
+                threshold_us = step.threshold_us,
+                avg_queue = step.avg_queue,
+                held_by_device = step.held_by_device,
+                wants_more = step.wants_more,
+                floor_short = step.floor_short,
+                floor_short_by_device = step.floor_short_by_device,
+                newcomer = step.newcomer,
+                departed = step.departed,
+                early = step.early,
+                "capacity step"
+            );
+        }
         state.latency_us = report.device.and_then(|s| s.mean_latency_us());
         state.contended = Some(report.verdicts.contended);
         let feasibility = self.controller.feasibility();
