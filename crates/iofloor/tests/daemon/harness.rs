@@ -444,7 +444,9 @@ impl Drop for Daemon {
             let _ = c.kill();
             let _ = c.wait();
         }
-        if std::thread::panicking() {
+        // IOFLOOR_TEST_PRINT_LOG: the log of a passing run too, to study
+        // it (with IOFLOOR_LOG=iofloor_daemon=debug, every capacity step).
+        if std::thread::panicking() || std::env::var_os("IOFLOOR_TEST_PRINT_LOG").is_some() {
             eprintln!("--- daemon log ---\n{}", self.log_text());
         }
     }
