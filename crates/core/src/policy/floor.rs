@@ -1113,7 +1113,13 @@ impl FloorPolicy {
         self.feasibility = Some(Feasibility {
             capacity,
             floors,
-            shortfall: (floors - can_give).max(0.0),
+            // Rounding is no shortfall: an estimate lifted to the floors'
+            // need gives them exactly what they reserve.
+            shortfall: if floors > can_give * (1.0 + 1e-9) {
+                floors - can_give
+            } else {
+                0.0
+            },
             latency_threshold_us: self.capacity.latency_threshold_us(),
             latency_target_in_reach: self.capacity.target_in_reach(),
         });
