@@ -1133,7 +1133,13 @@ impl CapacityLoop {
     /// proven short of it ([`PROOF_INTERVALS`]) and stays; so does one on a
     /// device proven short within [`MEMORY_INTERVALS`], whose need fell
     /// as a tenant paused and rose again as it came back: the device
-    /// still serves what it proved, not the need.
+    /// still serves what it proved, not the need. The lift goes no higher
+    /// than the device has shown it serves (the regain's level: the most it
+    /// delivered lately, or the model): floors raised past the device by a
+    /// reload lifted the estimate to their need of 3.4 (the daemon's
+    /// Prometheus test in CI), so they fit on paper, the alert never fired,
+    /// and a device that served 1.0 of 3.4 handed out read as one that
+    /// delivered 3.4, which the estimate was later given back.
     fn meet_a_risen_need(&mut self, obs: &Observation, high: f64) {
         let need = if obs.floors_need.is_finite() {
             obs.floors_need.max(0.0).min(high)
@@ -1141,12 +1147,17 @@ impl CapacityLoop {
             0.0
         };
         let before = std::mem::replace(&mut self.floors_need_before, need);
+        let shown = self
+            .most_delivered(self.delivered.len())
+            .max(self.model)
+            .min(high);
+        let lifted = need.min(shown);
         if need > before
-            && self.estimate < need
+            && self.estimate < lifted
             && self.estimate >= before * (1.0 - 1e-9)
             && self.since_proof > MEMORY_INTERVALS
         {
-            self.estimate = need;
+            self.estimate = lifted;
         }
     }
 
@@ -1928,6 +1939,31 @@ mod tests {
             ..obs(400.0, 0.5, false, false)
         });
         assert!(c.estimate() < 0.77, "{}", c.estimate());
+    }
+
+    #[test]
+    fn a_need_past_what_the_device_has_shown_lifts_the_estimate_no_further() {
+        // Floors raised past the device by a reload: the estimate goes no
+        // higher than the model (nothing was delivered past it), and the
+        // floors stay infeasible.
+        let mut c = with_baseline(500.0, 0.1);
+        let cut = Observation {
+            floors_need: 0.57,
+            avg_queue: Some(11.0),
+            interval: Some(std::time::Duration::from_secs(1)),
+            ..obs(10_000.0, 0.8, true, true)
+        };
+        c.update(&cut);
+        assert!(c.estimate() < 0.9, "cut: {}", c.estimate());
+        c.update(&Observation {
+            floors_need: 3.4,
+            ..obs(400.0, 0.8, false, true)
+        });
+        assert!(
+            (0.9..=1.0).contains(&c.estimate()),
+            "lifted to the model at most: {}",
+            c.estimate()
+        );
     }
 
     #[test]
