@@ -1326,8 +1326,13 @@ impl CapacityLoop {
         // (one a tenant's return from idle caused, whose burst was served
         // in part). Regained like the overload's level, not only by probes
         // after their wait of 8 intervals or more.
+        // Not for a floor the device held short (no cap of ours there):
+        // raising every cap does not serve that tenant, and a tenant asking
+        // less than a floor past the device (the daemon's Prometheus test,
+        // floors raised to 3.4 by a reload) grew the estimate to 3.1 of a
+        // device that served 1.0.
         let mut reference = self.reference();
-        if floor_short {
+        if floor_short && !obs.floor_short_by_device {
             reference = reference.max(obs.floors_need.min(high));
         }
         let grown = if self.estimate < reference {
@@ -2121,6 +2126,21 @@ mod tests {
         }
         assert_eq!(c.verdict(), Verdict::Overloaded);
         assert!(c.estimate() <= 0.6 + 1e-12, "{}", c.estimate());
+    }
+
+    #[test]
+    fn a_floor_the_device_holds_short_does_not_grow_the_estimate_to_the_need() {
+        // Floors past the device (1.8 of a model of 1.0), one of them held
+        // short with no cap of ours on it: raising every cap would not serve
+        // it, so the estimate stays at what the device shows.
+        let mut c = with_baseline(200.0, 0.2);
+        let past = Observation {
+            floors_need: 1.8,
+            avg_queue: Some(0.3),
+            ..obs(220.0, 0.95, true, true)
+        };
+        let path: Vec<f64> = (0..20).map(|_| c.update(&past)).collect();
+        assert!(path.iter().all(|e| *e <= 1.0), "{path:?}");
     }
 
     #[test]
