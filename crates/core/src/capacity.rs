@@ -946,6 +946,14 @@ impl CapacityLoop {
             .fold(0.0, f64::max)
     }
 
+    /// What the device has shown it serves: the most it delivered in the
+    /// whole interval memory, never less than the model, within the bound.
+    fn level_shown(&self, high: f64) -> f64 {
+        self.most_delivered(self.delivered.len())
+            .max(self.model)
+            .min(high)
+    }
+
     /// Every growth step back to its first: after a cut, growing starts over.
     fn reset_steps(&mut self) {
         self.step = STEP_MIN;
@@ -1074,8 +1082,7 @@ impl CapacityLoop {
     /// device, and left `backup`'s tenants 20 intervals at 0.78 of a device
     /// the backup had left.
     fn regain_delivered(&mut self, high: f64, latency_us: Option<f64>) {
-        let most = self.most_delivered(self.delivered.len());
-        let level = most.max(self.model).min(high);
+        let level = self.level_shown(high);
         if level > self.estimate {
             self.regain_from_us = latency_us;
             self.regain_from_estimate = self.estimate;
@@ -1147,11 +1154,7 @@ impl CapacityLoop {
             0.0
         };
         let before = std::mem::replace(&mut self.floors_need_before, need);
-        let shown = self
-            .most_delivered(self.delivered.len())
-            .max(self.model)
-            .min(high);
-        let lifted = need.min(shown);
+        let lifted = need.min(self.level_shown(high));
         if need > before
             && self.estimate < lifted
             && self.estimate >= before * (1.0 - 1e-9)
