@@ -513,6 +513,15 @@ fn iops_since(g: &TestGuest, tenant: &str, from: f64) -> Vec<f64> {
     common::history_iops_since(&t, from)
 }
 
+/// A cgroup's read IOPS cap in its io.max, `None` where there is none.
+fn riops(io_max: &str) -> Option<String> {
+    io_max
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("riops="))
+        .filter(|v| *v != "max")
+        .map(String::from)
+}
+
 fn uptime(g: &TestGuest) -> f64 {
     g.status()
         .map_or(0.0, |s| s["uptime_s"].as_f64().unwrap_or(0.0))
@@ -682,13 +691,6 @@ cgroup = "customers/acme"
             ..g.guest.spec
         })
         .unwrap();
-    // A cgroup's read IOPS cap in its io.max, `None` where there is none.
-    let riops = |t: &str| {
-        t.split_whitespace()
-            .find_map(|f| f.strip_prefix("riops="))
-            .filter(|v| *v != "max")
-            .map(String::from)
-    };
     // What the loop learns of the cut, each second.
     let mut learned = Vec::new();
     for _ in 0..14 {
@@ -940,14 +942,26 @@ fn the_cluster_agent_allocates_through_etcd_and_caps_through_io_max_on_v2() {
         std::thread::sleep(Duration::from_millis(250));
     }
     let from = capped_at.max(uptime(&g)) + 3.0;
-    std::thread::sleep(Duration::from_secs(13));
+    // The allocation's cap on noisy each second, to tell a slow reaction
+    // from a guest that could not drive q1 (the cluster's allocator, not
+    // the local capacity loop, sets it: status has no capacity step).
+    let mut trace = Vec::new();
+    for _ in 0..13 {
+        std::thread::sleep(Duration::from_secs(1));
+        trace.push(format!(
+            "{:.1} s noisy riops={}",
+            uptime(&g),
+            riops(&g.io_max("noisy")).unwrap_or_else(|| "max".into())
+        ));
+    }
+    let trace = trace.join("\n  ");
     let q1 = iops_since(&g, "q1", from);
     let noisy_cap = g.io_max("noisy");
     let view = g.api("/api/v1/cluster").unwrap_or(Value::Null);
     let iops = g.fio_iops(&["q1", "noisy"]);
     eprintln!(
         "cluster on v2: {cluster}; noisy capped at {capped_at:.1} s; q1 each interval from {from:.1} s {q1:.0?}; \
-         whole run q1 {:.0}, noisy {:.0}; noisy's io.max `{}`",
+         whole run q1 {:.0}, noisy {:.0}; noisy's io.max `{}`; its cap each second:\n  {trace}",
         iops[0],
         iops[1],
         noisy_cap.trim()
@@ -955,7 +969,7 @@ fn the_cluster_agent_allocates_through_etcd_and_caps_through_io_max_on_v2() {
     assert!(q1.len() >= 8, "{q1:?}");
     assert!(
         q1.iter().filter(|&&x| x >= 0.9 * q1_floor).count() + 1 >= q1.len(),
-        "q1's floor through the cluster's allocation: {q1:?}"
+        "q1's floor through the cluster's allocation: {q1:?}; noisy's cap each second:\n  {trace}"
     );
     assert!(
         noisy_cap.contains("riops="),
