@@ -39,9 +39,9 @@ import time
 SLOW_TEST_SECONDS = 20.0
 # Binaries run side by side, in this order within a lane, the daemon's and
 # the bench's without their ALONE tests; balanced by their times (the
-# bench's light tests 6.1 min; the daemon's 5.2 since the podman, image and
-# Prometheus tests, the demo 1.1, the light real binaries under half a
-# minute each).
+# bench's light tests 5.0 min since a dead or killed bench's fio no longer
+# runs out its time, etcd's 0.2; the daemon's 3.4, the demo 1.1, the light
+# real binaries under a minute together).
 LANES = [
     ["iofloor::daemon", "iofloor::demo", "host::real", "iofloor::package", "iofloor::records",
      "host::qmp"],

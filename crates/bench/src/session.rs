@@ -30,6 +30,9 @@ struct Proc {
 
 /// How long a stopped fio may take to drain its queue before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long reaped processes may take to leave the session's cgroups before
+/// what is still there is killed.
+const LEAVE_GRACE: Duration = Duration::from_secs(5);
 /// How long processes replaced by new ones (a new queue depth) keep running
 /// beside them: a new fio needs a few hundred ms to start its I/O on a busy
 /// machine, and a gap would show the policy a tenant whose demand fell.
@@ -349,10 +352,7 @@ impl Session {
                 continue;
             }
             if let Ok(Some(status)) = p.child.try_wait() {
-                let mut err = String::new();
-                if let Some(mut e) = p.child.stderr.take() {
-                    let _ = e.read_to_string(&mut err);
-                }
+                let err = p.child.stderr.take().map(buffered_text).unwrap_or_default();
                 return Ok(Some(format!(
                     "fio process {} (pid {}) ended early with {status}: {}",
                     p.name,
@@ -414,11 +414,13 @@ impl Session {
         }
         // Our processes are reaped, but leave the cgroups a moment later
         // (seconds in a TCG guest beside the suite's other lanes). What is
-        // still there after that is a job process of a fio we killed past
-        // its grace (on a slow guest one stayed for good: kept 90 s, the
-        // cgroup was never removed): it goes too, it is ours.
+        // still there after that is a job process of a fio that died or
+        // that we killed past its grace (its main process, which waits for
+        // its jobs, is gone; on a slow guest one stayed for good: kept 90 s,
+        // the cgroup was never removed): it goes too, it is ours. A reaped
+        // fio has no job process left, so no latency log is cut short.
         let wait = Duration::from_secs(30);
-        let mut removed = cgroup::remove_when_empty(&self.root, &self.parent, wait);
+        let mut removed = cgroup::remove_when_empty(&self.root, &self.parent, LEAVE_GRACE);
         if removed.is_err() {
             let killed = cgroup::kill_processes_in(&self.root, &self.parent);
             eprintln!(
@@ -435,6 +437,22 @@ impl Session {
             None => Ok(()),
         }
     }
+}
+
+/// What a dead fio wrote to its stderr, without waiting for the pipe to
+/// close: a fio killed by a signal leaves its job process running out its
+/// time with the pipe open, and a blocking read held the bench that long
+/// (41 s at noisy-4's `--time-scale 0.1`, measured) before it said why.
+fn buffered_text(mut stderr: std::process::ChildStderr) -> String {
+    let mut bytes = Vec::new();
+    let nonblocking = rustix::fs::fcntl_getfl(&stderr)
+        .and_then(|flags| rustix::fs::fcntl_setfl(&stderr, flags | rustix::fs::OFlags::NONBLOCK));
+    if nonblocking.is_ok() {
+        // Ends with WouldBlock once what is buffered is read; what was read
+        // stays in `bytes`.
+        let _ = stderr.read_to_end(&mut bytes);
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 impl Drop for Session {
