@@ -732,7 +732,10 @@ impl Drop for LibpodCgroups {
     /// Every cgroup under a `libpod_parent` made here, deepest first: its
     /// `conmon`, and a pod's, which `podman pod rm` leaves in the named
     /// systemd and unified hierarchies. One still in use (not ours) is
-    /// refused by the kernel and stays.
+    /// refused by the kernel and stays. Tried again for a few seconds: a
+    /// container's conmon can still be exiting when `podman rm` returns, and
+    /// its cgroup refuses removal until it has (empty `libpod_parent/conmon`
+    /// cgroups were left behind in the suite that way).
     fn drop(&mut self) {
         fn remove_tree(dir: &Path) {
             if let Ok(entries) = std::fs::read_dir(dir) {
@@ -742,8 +745,15 @@ impl Drop for LibpodCgroups {
             }
             let _ = std::fs::remove_dir(dir);
         }
-        for parent in &self.0 {
-            remove_tree(parent);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            for parent in &self.0 {
+                remove_tree(parent);
+            }
+            if self.0.iter().all(|p| !p.exists()) || std::time::Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
 }
