@@ -664,7 +664,7 @@ fn bench_cluster_plays_a_scenario_on_the_bed_with_an_agent_on_every_host() {
             "--policy",
             "floor",
             "--time-scale",
-            "0.3",
+            "0.2",
             "--alone-secs",
             "3",
             "--json",
