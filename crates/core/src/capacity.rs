@@ -1314,18 +1314,7 @@ impl CapacityLoop {
         let clear_room = load == Load::Clear;
         let handed_out_used = served >= PROBE_USED * self.estimate;
         // Past the threshold with every floor met: the overload's queue may
-        // still be draining. Not once the latency has stopped falling at a
-        // short queue: that is the device's latency at this load, slower
-        // per I/O after a cut than the threshold learned before it
-        // (simulator `sawing`: three or four intervals held at the floors'
-        // need after each halving, at a queue of 3 and a steady latency;
-        // regained by the share of the gap instead, 0.921 -> 0.929 over 19
-        // seeds, no more floor-miss; `cliff` 0.961 -> 0.963, though its own
-        // seed 0.971 -> 0.959; half the share gave `sawing` 0.926 and `cliff`
-        // 0.962). Probes past the level stay barred:
-        // allowed there too, they overshot the halved device every 8
-        // intervals (5 seeds of 5 with a tenant above 2 %).
-        // Past the threshold all the same: no probe past the level.
+        // still be draining ([`Self::queue_drained`]); no probe either way.
         let over = matches!(load, Load::Over(_));
         let queued = over && !self.queue_drained(obs);
         if over {
@@ -1402,9 +1391,18 @@ impl CapacityLoop {
 
     /// A queue of a device's own service ([`UNLOADED_QUEUE`] or fewer I/Os
     /// in flight, no protected tenant slowed) whose latency no longer falls:
-    /// whatever an overload left has drained. (At [`DRAINABLE_QUEUE`] the
-    /// simulator's `stolen` lost 0.4 points of work conservation over 19
-    /// seeds, regrowing into another host's queue.)
+    /// whatever an overload left has drained, and the latency past the
+    /// threshold is the device's at this load, slower per I/O after a cut
+    /// than the threshold learned before it. The level is then regained by
+    /// the share of the gap: simulator `sawing` had been held at the
+    /// floors' need for three or four intervals after each halving, at a
+    /// queue of 3 and a steady latency (0.921 -> 0.929 over 19 seeds, no
+    /// more floor-miss; `cliff` 0.961 -> 0.963, though its own seed 0.971 ->
+    /// 0.959; half the share gave `sawing` 0.926 and `cliff` 0.962). Probes
+    /// past the level stay barred: allowed there too, they overshot the
+    /// halved device every 8 intervals (5 seeds of 5 with a tenant above
+    /// 2 %). At [`DRAINABLE_QUEUE`] `stolen` lost 0.4 points of work
+    /// conservation, regrowing into another host's queue.
     fn queue_drained(&self, obs: &Observation) -> bool {
         let steady = match (obs.latency_us, self.previous_latency_us) {
             (Some(now), Some(before)) => now >= NO_IMPROVEMENT * before,
