@@ -2047,11 +2047,18 @@ mod tests {
         assert!(c.estimate() > reached, "{}", c.estimate());
     }
 
-    #[test]
-    fn a_queue_still_draining_regains_the_level_only_by_the_step_after_a_hold() {
+    /// A loop whose baseline is 100 µs, cut by its deepest step after an
+    /// overload at 900 µs that served 0.6: at 0.42, the level 0.6.
+    fn cut_deep_after_serving_0_6() -> CapacityLoop {
         let mut c = CapacityLoop::new(settings(), 1.0);
         c.update(&obs(100.0, 0.5, true, false));
         assert_eq!(c.update(&obs(900.0, 0.6, true, true)), 0.6 * DEEPEST_CUT);
+        c
+    }
+
+    #[test]
+    fn a_queue_still_draining_regains_the_level_only_by_the_step_after_a_hold() {
+        let mut c = cut_deep_after_serving_0_6();
         // Past the threshold of 200 µs, every floor met, tenants asking for
         // more: the overload's queue draining. Held for 3 intervals, then
         // grown by the step (1 %, 2 %, ...), not by a share of the gap.
@@ -2072,9 +2079,7 @@ mod tests {
 
     #[test]
     fn a_drained_short_queue_past_the_threshold_regains_the_level_but_never_probes_past_it() {
-        let mut c = CapacityLoop::new(settings(), 1.0);
-        c.update(&obs(100.0, 0.5, true, false));
-        assert_eq!(c.update(&obs(900.0, 0.6, true, true)), 0.6 * DEEPEST_CUT);
+        let mut c = cut_deep_after_serving_0_6();
         // A device halved: past the threshold of 200 µs at a queue of 3, its
         // latency steady from the second interval after the cut on.
         let steady = |c: &mut CapacityLoop| {
