@@ -416,6 +416,9 @@ pub struct CapacityLoop {
     stepped_down_at_us: Option<f64>,
     /// The mean latency of the interval judged before this one (µs).
     previous_latency_us: Option<f64>,
+    /// The estimate before the last interval raised it, if it did: the
+    /// interval judged next ran at the raised one.
+    raised_from: Option<f64>,
     /// The automatic baseline holds a latency seen at a short queue. A load
     /// that starts with the service leaves only queued latencies; taken for
     /// the unloaded one, they let the estimate creep past the model while
@@ -481,6 +484,7 @@ impl CapacityLoop {
             overload_latency_us: None,
             stepped_down_at_us: None,
             previous_latency_us: None,
+            raised_from: None,
             unloaded_seen: false,
             step: STEP_MIN,
             probe_step: PROBE_STEP,
@@ -715,6 +719,7 @@ impl CapacityLoop {
     /// Learns from one interval; returns the new estimate.
     pub fn update(&mut self, obs: &Observation) -> f64 {
         let (low, high) = self.bounds();
+        let estimate_before = self.estimate;
         self.start_interval(obs);
         self.meet_a_risen_need(obs, high);
         let served = obs.served.is_finite().then_some(obs.served.max(0.0));
@@ -786,6 +791,8 @@ impl CapacityLoop {
         }
         self.last_step = Some(self.step_of(obs));
         self.previous_latency_us = obs.latency_us.filter(|l| l.is_finite() && *l > 0.0);
+        self.raised_from =
+            (self.estimate > estimate_before * (1.0 + 1e-9)).then_some(estimate_before);
         self.estimate
     }
 
@@ -935,7 +942,12 @@ impl CapacityLoop {
             // 0.853 for the last 11 s of the run). The estimate follows it
             // for now; the level regained is the one before.
             _ if obs.early && !obs.floor_short => before,
-            _ => s.min(before),
+            // The interval ran at an estimate the last one raised: the
+            // raise overloaded the device, and the level known good is the
+            // estimate before it. Taken as `before`, a live v2 guest cut to
+            // 0.8 regained its level of 0.90 and overloaded it again every
+            // 4 s, a quiet tenant at 114-134 of its 150 IOPS each time.
+            _ => s.min(self.raised_from.unwrap_or(before)),
         }
     }
 
@@ -2094,6 +2106,35 @@ mod tests {
         let path: Vec<f64> = (0..40).map(|_| steady(&mut c)).collect();
         assert!(path.iter().all(|&e| e <= 0.6 + 1e-9), "{path:?}");
         assert_near(path[39], 0.6);
+    }
+
+    #[test]
+    fn an_overload_right_after_a_raise_keeps_the_estimate_before_it_as_the_level() {
+        let mut c = cut_deep_after_serving_0_6();
+        // Clear room: the estimate regains the level of 0.6 in a few steps.
+        let mut path = vec![c.estimate()];
+        while c.estimate() < 0.6 - 1e-9 && path.len() < 20 {
+            path.push(c.update(&obs(100.0, 0.97 * c.estimate(), false, true)));
+        }
+        assert_near(c.estimate(), 0.6);
+        let before_the_raise = path[path.len() - 2];
+        assert!(before_the_raise < 0.6 - 0.01, "{path:?}");
+        // The interval at 0.6 overloads the device again, served in full:
+        // the raise did it, and the level is the estimate before it.
+        c.update(&obs(900.0, 0.6, true, true));
+        assert_eq!(c.verdict(), Verdict::Overloaded);
+        assert_eq!(c.reference(), before_the_raise);
+        // Regained, and not passed before the probes' wait is over.
+        let regained: Vec<f64> = (1..PROBE_WAIT_FIRST)
+            .map(|_| c.update(&obs(100.0, 0.97 * c.estimate(), false, true)))
+            .collect();
+        assert!(
+            regained.iter().all(|&e| e <= before_the_raise + 1e-9),
+            "{regained:?}"
+        );
+        assert_near(regained[regained.len() - 1], before_the_raise);
+        let probe = c.update(&obs(100.0, 0.97 * c.estimate(), false, true));
+        assert_near(probe, before_the_raise * (1.0 + PROBE_STEP));
     }
 
     #[test]
