@@ -891,7 +891,7 @@ impl CapacityLoop {
             self.probe_wait = (self.probe_wait * 2).min(HOLD_BEYOND_INTERVALS);
         }
         self.last_overload = Some((level.max(self.estimate), 0));
-        self.arrival_overload = self.since_arrival <= ARRIVAL_INTERVALS && self.intervals > 1;
+        self.arrival_overload = self.at_an_arrival();
         self.reset_steps();
         self.overload_latency_us = obs.latency_us;
         Verdict::Overloaded
@@ -925,7 +925,7 @@ impl CapacityLoop {
             // for the 30 intervals before learning past it. Not on
             // a look's figures: what they serve is extrapolated.
             _ if s >= LEARN_PROVEN * self.model && !obs.early => s,
-            _ if self.since_arrival <= ARRIVAL_INTERVALS && self.intervals > 1 => before,
+            _ if self.at_an_arrival() => before,
             Some((last, _)) if previous == Verdict::Overloaded && s > before => last.min(s),
             // A probe past the level known good that a look finds
             // overloaded: the level is what the device delivered in the
@@ -954,6 +954,12 @@ impl CapacityLoop {
             // 4 s, a quiet tenant at 114-134 of its 150 IOPS each time.
             _ => s.min(self.raised_from.unwrap_or(before)),
         }
+    }
+
+    /// Within [`ARRIVAL_INTERVALS`] of a tenant's arrival on a device judged
+    /// before (not the service's first interval, when every tenant is new).
+    fn at_an_arrival(&self) -> bool {
+        self.since_arrival <= ARRIVAL_INTERVALS && self.intervals > 1
     }
 
     /// The most the device delivered (served over the share handed out) in
