@@ -1358,7 +1358,9 @@ impl CapacityLoop {
         if since_overload.is_some_and(|age| age < hold) {
             return;
         }
-        self.arrival_overload &= over;
+        if !over {
+            self.arrival_overload = false;
+        }
         // A floor short while the device is not overloaded: what breaks it
         // is our own estimate, below the floors' need since an overload
         // (one a tenant's return from idle caused, whose burst was served
