@@ -883,7 +883,8 @@ impl CapacityLoop {
         } else {
             s
         };
-        let ratio = self.cut_ratio(ratio, s, obs);
+        let ours = obs.floor_short && self.queue_is_ours(obs);
+        let ratio = self.cut_ratio(ratio, s, obs, ours);
         let before = self.estimate;
         self.undo = Some(BeforeOverload {
             estimate: before,
@@ -908,7 +909,7 @@ impl CapacityLoop {
             self.probe_wait = (self.probe_wait * 2).min(HOLD_BEYOND_INTERVALS);
         }
         self.last_overload = Some((level.max(self.estimate), 0));
-        self.regain_at_once = self.at_an_arrival() || (obs.floor_short && self.queue_is_ours(obs));
+        self.regain_at_once = self.at_an_arrival() || ours;
         self.reset_steps();
         self.overload_latency_us = obs.latency_us;
         Verdict::Overloaded
@@ -1008,7 +1009,8 @@ impl CapacityLoop {
     /// How far below what was served an overload cuts, as a factor: not
     /// at all with every floor met; else PARDA's threshold over latency,
     /// or as deep as drains a short queue within a part of an interval.
-    fn cut_ratio(&self, ratio: f64, s: f64, obs: &Observation) -> f64 {
+    /// `queue_ours`: the queue is this host's own ([`Self::queue_is_ours`]).
+    fn cut_ratio(&self, ratio: f64, s: f64, obs: &Observation, queue_ours: bool) -> f64 {
         // What it served is its capacity. With a floor short, the
         // further past the threshold, the deeper below it for an
         // interval, so the queue that built up drains (PARDA scales
@@ -1041,7 +1043,7 @@ impl CapacityLoop {
             // estimate to the floors' need, 0.6 of a device at 0.85).
             let short_queue = (!obs.protected_slowed
                 && obs.avg_queue.is_some_and(|q| q <= DRAINABLE_QUEUE))
-                || self.queue_is_ours(obs);
+                || queue_ours;
             let arrival = obs.newcomer && s >= PROBE_USED * self.estimate;
             let drain = match obs.interval.map(|i| i.as_secs_f64()) {
                 Some(interval) if (short_queue || arrival) && interval > 0.0 => {
