@@ -5,18 +5,22 @@
 learns capacity (`runs/floor.json` in the results directory), what the loop
 was shown at each decision and what it made of it (`capacity_trace`). This
 prints one line a decision: the time, whether a look decided it early (`e`),
-the verdict, the estimate and the level it regains fast (both as multiples
-of the model's capacity), the wait before a probe past that level, the
-device's mean latency and queue, the threshold, what was served and what the
-floors need, and the flags the policy passed on (H held by the device, W a
-tenant wants more, S a floor short, D short by the device, N newcomer, G a
-tenant gone).
+the verdict, the phase, the estimate, the level it regains fast and the
+curve's plateau (as multiples of the model's capacity), the wait before a
+probe past a known level, the device's mean latency and I/Os in flight,
+what was served and what the floors need, the worst floor share, and the flags the policy passed on
+(C a tenant capped, X a capped tenant short of its cap, W a tenant wants
+more, G a tenant gone) or the fault that held the estimate.
 
 Usage: scripts/analysis/capacity-trace.py RESULTS_DIR_OR_RUN_JSON [FROM_S [TO_S]]
 """
 import json
 import os
 import sys
+
+
+def num(v, fmt):
+    return format(v, fmt) if isinstance(v, (int, float)) else "-"
 
 
 def main():
@@ -28,23 +32,26 @@ def main():
     lo = float(sys.argv[2]) if len(sys.argv) > 2 else float("-inf")
     hi = float(sys.argv[3]) if len(sys.argv) > 3 else float("inf")
     with open(path) as f:
-        record = json.load(f)
-    trace = record.get("capacity_trace", [])
+        run = json.load(f)
+    trace = run.get("capacity_trace") or []
     if not trace:
-        sys.exit(f"{path}: no capacity_trace (a policy that learns no capacity, or an older record)")
-    print(f"{'t':>7} {'':1} {'verdict':<10} {'est':>6} {'level':>6} {'wait':>4} "
-          f"{'lat_us':>8} {'queue':>6} {'thr_us':>8} {'served':>6} {'need':>6} flags")
-    flags = [("held_by_device", "H"), ("wants_more", "W"), ("floor_short", "S"),
-             ("floor_short_by_device", "D"), ("newcomer", "N"), ("departed", "G")]
-    num = lambda v, fmt: "-" if v is None else format(v, fmt)
-    for s in trace:
-        if not lo <= s["t"] <= hi:
+        sys.exit(f"{path}: no capacity_trace (a policy that does not learn capacity?)")
+    print("     t e verdict        phase     estim  level plateau lrn latency_us  queue served  need  share flags")
+    for entry in trace:
+        t = entry["t"]
+        if not lo <= t <= hi:
             continue
-        f = "".join(c for k, c in flags if s.get(k))
-        print(f"{s['t']:7.2f} {'e' if s['early'] else ' '} {s['verdict']:<10} "
-              f"{s['estimate']:6.3f} {s['level']:6.3f} {s['probe_wait']:4d} "
-              f"{num(s['latency_us'], '8.0f')} {num(s['avg_queue'], '6.2f')} "
-              f"{num(s['threshold_us'], '8.0f')} {s['served']:6.3f} {s['floors_need']:6.3f} {f}")
+        s = entry
+        phase = s["phase"]["phase"] if isinstance(s.get("phase"), dict) else s.get("phase")
+        flags = "".join(c for c, k in (("C", "capped"), ("X", "capped_shortfall"),
+                                       ("W", "wants_more"), ("G", "departed")) if s.get(k))
+        if s.get("fault"):
+            flags += " fault=" + s["fault"]
+        print(f"{t:6.2f} {'e' if s.get('early') else ' '} {s['verdict']:<14} {phase:<9}"
+              f" {s['estimate']:5.3f}  {s['level']:5.3f}  {num(s.get('plateau'), '5.3f'):>6}"
+              f" {' L' if s.get('learning') else '  ':>4} {num(s.get('latency_us'), '10.0f')} {num(s.get('avg_queue'), '6.2f')}"
+              f"  {s['served']:5.3f} {s['floors_need']:5.3f}  {num(s.get('floor_share'), '4.2f'):>5}"
+              f" {flags}")
 
 
 if __name__ == "__main__":

@@ -579,6 +579,8 @@ pub(crate) fn fio_job(
     fj.rwmixread = mixed.then(|| (job.read_share * 100.0).round() as u8);
     fj.rate_bytes = rate_bytes;
     fj.rate_iops = rate_iops;
+    fj.rate_process = (job.rate_process != iofloor_scenario::format::RateProcess::Linear)
+        .then(|| job.rate_process.as_fio());
     fj.lat_log = Some(work.join(&name));
     fj.offset = offset;
     fj.size = size;

@@ -277,6 +277,11 @@ impl Controller {
         self.policy.capacity_step()
     }
 
+    /// The policy's recent points of the device's curve.
+    pub fn capacity_curve(&self) -> Vec<crate::capacity::CurvePoint> {
+        self.policy.capacity_curve()
+    }
+
     /// Whether the floors fit the device as the policy now sees it.
     pub fn feasibility(&self) -> Option<crate::policy::Feasibility> {
         self.policy.feasibility()

@@ -674,6 +674,7 @@ mod tests {
             latency_target_in_reach: Some(false),
             contended: Some(true),
             capacity_step: None,
+            capacity_curve: Vec::new(),
         };
         m.device(&state, 3);
         let text = m.encode();

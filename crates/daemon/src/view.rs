@@ -116,6 +116,11 @@ pub struct DeviceState {
     /// `capacity_estimate` moved, for policies that learn capacity.
     #[serde(default)]
     pub capacity_step: Option<iofloor_core::capacity::CapacityStep>,
+    /// The capacity loop's recent points of the device's curve, oldest
+    /// first: work served against I/Os in flight, the plateau among them
+    /// (`capacity_step.plateau`) the most a full interval served.
+    #[serde(default)]
+    pub capacity_curve: Vec<iofloor_core::capacity::CurvePoint>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

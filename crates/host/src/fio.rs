@@ -59,6 +59,8 @@ pub struct FioJob {
     /// fio `rate` (bytes/s) or `rate_iops`.
     pub rate_bytes: Option<u64>,
     pub rate_iops: Option<u64>,
+    /// fio `rate_process` (`linear` when `None`, fio's default).
+    pub rate_process: Option<&'static str>,
     /// Run for this long (the runner also stops it early with SIGTERM).
     pub runtime_s: f64,
     /// Where fio writes its per-I/O completion-latency log (prefix), if wanted.
@@ -93,6 +95,7 @@ impl FioJob {
             iodepth,
             rate_bytes: None,
             rate_iops: None,
+            rate_process: None,
             runtime_s,
             lat_log: None,
             output,
@@ -131,6 +134,9 @@ impl FioJob {
         }
         if let Some(r) = self.rate_iops {
             a.push(format!("--rate_iops={r}"));
+        }
+        if let Some(p) = self.rate_process {
+            a.push(format!("--rate_process={p}"));
         }
         if let Some(log) = &self.lat_log {
             // Every completion: (ms since start, clat ns, direction, bs, ...).

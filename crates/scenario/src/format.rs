@@ -145,6 +145,13 @@ pub struct DeviceFile {
     #[serde(default = "default_jitter")]
     pub jitter: f64,
     pub write_cliff: Option<WriteCliffFile>,
+    /// A rate-limited volume: the cost model's capacity is a token bucket's
+    /// rate in front of a fast device (cloud volumes, array ports, QEMU
+    /// throttle groups such as the rig).
+    pub rate_limit: Option<RateLimitFile>,
+    /// Garbage collection: past a number of I/Os in service, each one is
+    /// slower, so served work falls as the queue grows.
+    pub gc: Option<GcFile>,
     /// The cost model the policies are given, if not the device's true one
     /// (to study a mis-calibrated model).
     pub model: Option<PolicyModelFile>,
@@ -214,6 +221,30 @@ pub struct PolicyModelFile {
 pub struct WriteCliffFile {
     pub after: SizeQ,
     pub factor: f64,
+}
+
+/// A token bucket in front of a fast device.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitFile {
+    /// What an I/O the bucket lets through at once takes at the device.
+    pub idle_latency: DurationQ,
+    /// The bucket's depth, as time at its rate: how far ahead of its rate
+    /// a burst may go (default none: I/Os leave it evenly spaced).
+    #[serde(default)]
+    pub burst: Option<DurationQ>,
+}
+
+/// Served work that falls past a queue depth.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GcFile {
+    /// I/Os in service at which the device serves the model's capacity;
+    /// past it each is slower.
+    pub depth: u32,
+    /// What each I/O in service past `depth` adds to every I/O's time, as
+    /// a share of it times `depth`: above 1, served work falls.
+    pub slowdown: f64,
 }
 
 /// A group of tenants (a customer, a VM's disks): its members share its
@@ -324,6 +355,11 @@ pub struct JobFile {
     pub numjobs: u32,
     /// Per-process rate, as fio's `rate` (bytes/s) or `rate_iops` (IOPS).
     pub rate: Option<RateQ>,
+    /// How a rate's I/Os are spaced, as fio's `rate_process`: evenly
+    /// (`linear`, the default) or at random (`poisson`, exponentially
+    /// distributed gaps: the arrivals of many independent users).
+    #[serde(default)]
+    pub rate_process: RateProcess,
     pub start: Option<DurationQ>,
     pub stop: Option<DurationQ>,
     /// Add `add` processes every `every`, up to `max` (the seed's noisy VM).
@@ -335,6 +371,25 @@ pub struct JobFile {
 
 fn one() -> u32 {
     1
+}
+
+/// fio's `rate_process`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RateProcess {
+    #[default]
+    Linear,
+    Poisson,
+}
+
+impl RateProcess {
+    /// fio's name for it.
+    pub fn as_fio(self) -> &'static str {
+        match self {
+            RateProcess::Linear => "linear",
+            RateProcess::Poisson => "poisson",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -369,6 +424,7 @@ pub struct Job {
     pub read_share: f64,
     pub bs: u64,
     pub rate: Option<Rate>,
+    pub rate_process: RateProcess,
     /// (time, state) in time order; the first entry is at the job's start and a
     /// state with `numjobs == 0` means stopped.
     pub schedule: Vec<(Duration, JobState)>,
@@ -429,8 +485,27 @@ pub struct Device {
     pub cost: CostModel,
     pub jitter: f64,
     pub write_cliff: Option<(u64, f64)>,
+    pub shape: DeviceShape,
     /// (time, capacity factor) in time order; factor 1 before the first.
     pub changes: Vec<(Duration, f64)>,
+}
+
+/// How the device serves what it is given, beside its cost model.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum DeviceShape {
+    /// `parallelism` I/Os in service at once, each taking `parallelism ×
+    /// cost`: latency flat up to that many in flight, then queueing (a
+    /// knee; with a parallelism of 1, one FIFO queue).
+    #[default]
+    Parallel,
+    /// A token bucket at the cost model's rate, `burst` (ns at that rate)
+    /// deep, in front of a device that takes `idle_latency` (ns) an I/O:
+    /// fast until the limit bites, queueing when it does.
+    RateLimited { idle_latency: f64, burst: f64 },
+    /// `depth` queues at the model's capacity, up to `parallelism` I/Os in
+    /// service, each taking `1 + slowdown × (in service − depth) / depth`
+    /// times as long past `depth`.
+    Gc { depth: u32, slowdown: f64 },
 }
 
 impl Device {
@@ -734,6 +809,54 @@ fn checked_changes(
     Ok(out)
 }
 
+/// The device's shape: parallel queues, or one of `rate_limit` and `gc`.
+fn checked_shape(d: &DeviceFile) -> Checked<DeviceShape> {
+    let ns = |q: &DurationQ| q.0.as_nanos() as f64;
+    match (&d.rate_limit, &d.gc) {
+        (Some(_), Some(_)) => bad(
+            "gc",
+            "a device is rate-limited or garbage-collecting, not both",
+        ),
+        (Some(r), None) => {
+            if r.idle_latency.0.is_zero() || r.idle_latency.0 > Duration::from_secs(1) {
+                return bad(
+                    "rate_limit.idle_latency",
+                    format!("must be above 0 and at most 1s, got {:?}", r.idle_latency.0),
+                );
+            }
+            if r.burst.is_some_and(|b| b.0 > Duration::from_secs(10)) {
+                return bad("rate_limit.burst", "must be at most 10s");
+            }
+            Ok(DeviceShape::RateLimited {
+                idle_latency: ns(&r.idle_latency),
+                burst: r.burst.as_ref().map_or(0.0, ns),
+            })
+        }
+        (None, Some(g)) => {
+            if g.depth == 0 || g.depth > d.parallelism {
+                return bad(
+                    "gc.depth",
+                    format!(
+                        "must be between 1 and `parallelism` ({}), got {}",
+                        d.parallelism, g.depth
+                    ),
+                );
+            }
+            if !(g.slowdown > 0.0 && g.slowdown <= 100.0) {
+                return bad(
+                    "gc.slowdown",
+                    format!("must be in (0, 100], got {}", g.slowdown),
+                );
+            }
+            Ok(DeviceShape::Gc {
+                depth: g.depth,
+                slowdown: g.slowdown,
+            })
+        }
+        (None, None) => Ok(DeviceShape::Parallel),
+    }
+}
+
 /// The device and the model the policies are given.
 fn checked_device(d: &DeviceFile, duration: Duration) -> Checked<(Device, CostModel)> {
     if d.parallelism == 0 || d.parallelism > 65536 {
@@ -780,6 +903,7 @@ fn checked_device(d: &DeviceFile, duration: Duration) -> Checked<(Device, CostMo
         cost,
         jitter: d.jitter,
         write_cliff,
+        shape: checked_shape(d)?,
         changes: checked_changes(&d.changes, duration)?,
     };
     Ok((device, policy_model))
@@ -1224,6 +1348,7 @@ impl JobFile {
             read_share: self.rw.read_share(self.rwmixread),
             bs: self.bs.0,
             rate: self.rate.map(|r| r.0),
+            rate_process: self.rate_process,
             schedule,
         })
     }

@@ -12,7 +12,9 @@ use iofloor_core::units::Rate;
 use iofloor_report::record::{
     CapacityTraceEntry, DeviceWindow, LatencySummary, TenantWindow, Throughput, Window,
 };
-use iofloor_scenario::format::{ClusterEventKind, Job, JobState, Scenario, UnmanagedOrigin};
+use iofloor_scenario::format::{
+    ClusterEventKind, DeviceShape, Job, JobState, RateProcess, Scenario, UnmanagedOrigin,
+};
 use iofloor_scenario::{Control, DecisionStats, LatencyRecorder};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
@@ -160,6 +162,8 @@ struct JobRt {
     read_share: f64,
     seq: bool,
     spacing_ns: Option<f64>,
+    /// Gaps drawn at random around `spacing_ns` (fio `rate_process=poisson`).
+    poisson: bool,
     iodepth: u32,
     instances: Vec<u32>,
 }
@@ -351,6 +355,9 @@ struct DeviceRt {
     win_true_cost: f64,
     /// The device's capacity in the policies' model's units, last seen.
     true_capacity: Option<f64>,
+    /// A rate-limited device's bucket: the theoretical time (ns) at which
+    /// it next lets an I/O through at its rate (GCRA's virtual clock).
+    bucket_tat: f64,
 }
 
 impl DeviceRt {
@@ -374,6 +381,7 @@ impl DeviceRt {
             win_model_cost: 0.0,
             win_true_cost: 0.0,
             true_capacity: None,
+            bucket_tat: 0.0,
         }
     }
 }
@@ -515,6 +523,7 @@ impl<'s> Engine<'s> {
             read_share: job.read_share,
             seq: job.rw.sequential(),
             spacing_ns,
+            poisson: job.rate_process == RateProcess::Poisson,
             iodepth: 1,
             instances: Vec::new(),
         });
@@ -593,9 +602,14 @@ impl<'s> Engine<'s> {
                     }
                     return;
                 }
+                let gap = if job.poisson {
+                    spacing * self.rng.sample::<f64, _>(Exp1)
+                } else {
+                    spacing
+                };
                 let inst = &mut self.instances[id as usize];
                 let behind = self.now.saturating_sub(RATE_BACKLOG_NS);
-                inst.next_at = inst.next_at.max(behind) + spacing as u64;
+                inst.next_at = inst.next_at.max(behind) + gap as u64;
             }
             let (tenant, bs, read_share, seq) = (job.tenant, job.bs, job.read_share, job.seq);
             let write =
@@ -778,7 +792,13 @@ impl<'s> Engine<'s> {
             view.account(self.now);
             view.depth += 1;
         }
-        if self.dev.stage.busy < self.dev.stage.slots {
+        if let DeviceShape::RateLimited {
+            idle_latency,
+            burst,
+        } = self.sc.device.shape
+        {
+            self.through_bucket(idx, idle_latency, burst);
+        } else if self.dev.stage.busy < self.dev.stage.slots {
             self.dev.stage.busy += 1;
             self.device_start(idx);
         } else {
@@ -786,35 +806,74 @@ impl<'s> Engine<'s> {
         }
     }
 
-    fn device_start(&mut self, idx: u32) {
-        let io = self.ios[idx as usize];
+    /// What one I/O takes of the device as it is now (ns of the whole
+    /// device: its cost, slowed by a capacity change and a write cliff),
+    /// and that cost in the model's units; counts what was written.
+    fn true_cost(&mut self, io: &Io) -> (f64, f64) {
         let d = &self.sc.device;
-        let mut service = io.cost * d.parallelism as f64 * NS / self.dev.capacity_factor;
-        if d.jitter > 0.0 {
-            let tail: f64 = self.rng.sample(Exp1);
-            service *= 1.0 - d.jitter + d.jitter * tail;
-        }
-        let mut true_cost = io.cost / self.dev.capacity_factor;
+        let mut cost = io.cost / self.dev.capacity_factor;
         if io.write {
             if let Some((after, factor)) = d.write_cliff {
                 if self.dev.written >= after {
-                    service *= factor;
-                    true_cost *= factor;
+                    cost *= factor;
                 }
             }
             self.dev.written += io.bytes as u64;
         }
         self.dev.win_model_cost += io.model_cost;
-        self.dev.win_true_cost += true_cost;
+        self.dev.win_true_cost += cost;
+        (cost * NS, cost)
+    }
+
+    /// A rate-limited device: the bucket lets the I/O through at its rate
+    /// (in arrival order, `burst` ns ahead of it at most), then the fast
+    /// device behind it takes `idle_latency`.
+    fn through_bucket(&mut self, idx: u32, idle_latency: f64, burst: f64) {
+        let io = self.ios[idx as usize];
+        let (spacing, _) = self.true_cost(&io);
+        let now = self.now as f64;
+        let start = now.max(self.dev.bucket_tat - burst);
+        self.dev.bucket_tat = self.dev.bucket_tat.max(start) + spacing;
+        let mut service = idle_latency;
+        if self.sc.device.jitter > 0.0 {
+            let tail: f64 = self.rng.sample(Exp1);
+            let j = self.sc.device.jitter;
+            service *= 1.0 - j + j * tail;
+        }
+        self.push(
+            (start + service).max(now + 1.0) as u64,
+            Kind::Complete,
+            idx,
+            0,
+        );
+    }
+
+    fn device_start(&mut self, idx: u32) {
+        let io = self.ios[idx as usize];
+        let d = &self.sc.device;
+        let (cost_ns, _) = self.true_cost(&io);
+        let mut service = cost_ns * d.parallelism as f64;
+        if let DeviceShape::Gc { depth, slowdown } = d.shape {
+            // `depth` channels at the model's rate; past them in service,
+            // every I/O takes longer: more in flight, less served.
+            let past = self.dev.stage.busy.saturating_sub(depth) as f64;
+            service = cost_ns * depth as f64 * (1.0 + slowdown * past / depth as f64);
+        }
+        if d.jitter > 0.0 {
+            let tail: f64 = self.rng.sample(Exp1);
+            service *= 1.0 - d.jitter + d.jitter * tail;
+        }
         self.push(self.now + service.max(1.0) as u64, Kind::Complete, idx, 0);
     }
 
     fn complete(&mut self, idx: u32) {
         self.account_device();
-        if let Some(next) = self.dev.stage.queue.pop_front() {
-            self.device_start(next);
-        } else {
-            self.dev.stage.busy -= 1;
+        if !matches!(self.sc.device.shape, DeviceShape::RateLimited { .. }) {
+            if let Some(next) = self.dev.stage.queue.pop_front() {
+                self.device_start(next);
+            } else {
+                self.dev.stage.busy -= 1;
+            }
         }
         let io = self.ios[idx as usize];
         self.free.push(idx);

@@ -118,6 +118,85 @@ fn runs_are_deterministic_for_a_seed() {
     assert_eq!(a.windows, b.windows);
 }
 
+/// A device of 4,000 4 KiB random reads a second, shaped by `shape` (TOML
+/// lines of `[device]`), under `jobs` jobs of one QD-1 reader each asking
+/// `rate` IOPS at random (or as fast as it can without a rate), nothing
+/// controlled:
+/// the device's mean latency (ms) and IOPS after the warm-up.
+fn shape_run(shape: &str, jobs: u32, rate: Option<u32>) -> (f64, f64) {
+    let rate = rate.map_or(String::new(), |r| {
+        format!("rate = \"{r}iops\"\nrate_process = \"poisson\"\n")
+    });
+    let text = format!(
+        r#"name = "shape"
+duration = "20s"
+warmup = "4s"
+[device]
+rbps = "100GiB/s"
+rseqiops = 4000
+rrandiops = 4000
+wbps = "100GiB/s"
+wseqiops = 4000
+wrandiops = 4000
+{shape}
+[[tenant]]
+name = "t"
+[[tenant.job]]
+rw = "randread"
+bs = "4k"
+iodepth = 1
+numjobs = {jobs}
+{rate}"#
+    );
+    let sc = Scenario::parse(&text, "shape.toml").unwrap();
+    let out = simulate(&sc, Some(Control::Policy(PolicyKind::None)), &|_| {});
+    let measured = &out.windows[4..];
+    let n = measured.len() as f64;
+    let latency = measured
+        .iter()
+        .map(|w| w.device.mean_latency_ms.unwrap_or(0.0))
+        .sum::<f64>()
+        / n;
+    let iops = measured.iter().map(|w| w.tenants[0].got.iops).sum::<f64>() / n;
+    (latency, iops)
+}
+
+/// The rig's shape, and every provisioned-IOPS volume's: answers at its own
+/// speed while the bucket lets I/Os through, queues when the limit bites.
+/// At two-thirds of its rate the latency is several times the idle one
+/// (the rig: 0.10-0.18 ms idle, 0.5 ms at 2,700 of its 4,000 IOPS), and
+/// driven hard it serves its rate, no more.
+#[test]
+fn a_rate_limited_volume_queues_long_before_it_is_full() {
+    let volume = "parallelism = 1\nrate_limit = { idle_latency = \"100us\" }";
+    let (idle, _) = shape_run(volume, 1, Some(200));
+    let (two_thirds, iops) = shape_run(volume, 16, Some(167));
+    assert!((iops - 2_667.0).abs() < 100.0, "{iops} IOPS asked 2,667");
+    assert!(idle < 0.12, "alone: {idle} ms");
+    assert!(
+        two_thirds >= 3.0 * idle,
+        "{two_thirds} ms at 2/3 of the rate, {idle} ms alone"
+    );
+    let (_, full) = shape_run(volume, 16, None);
+    assert!((full - 4_000.0).abs() < 80.0, "{full} IOPS driven hard");
+    // A parallel device of the same capacity takes its full cost per I/O
+    // even alone: its idle latency says what it does per I/O.
+    let (parallel_idle, _) = shape_run("parallelism = 4", 1, Some(200));
+    assert!(parallel_idle > 0.9, "parallel alone: {parallel_idle} ms");
+}
+
+/// Garbage collection: driven past its depth, the device serves less.
+#[test]
+fn a_garbage_collecting_device_serves_less_past_its_depth() {
+    let gc = "parallelism = 16\ngc = { depth = 4, slowdown = 2.0 }";
+    let (_, at_depth) = shape_run(gc, 4, None);
+    let (_, past) = shape_run(gc, 16, None);
+    assert!(
+        past < 0.8 * at_depth,
+        "{past} IOPS at 16 in flight, {at_depth} at 4"
+    );
+}
+
 #[test]
 fn blk_throttle_model_holds_a_static_cap() {
     // One closed-loop tenant that alone would take the whole device, capped by

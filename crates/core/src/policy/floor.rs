@@ -172,7 +172,7 @@ impl FloorParams {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct TenantState {
     /// The cap in force, in cost units per second.
     cap: Option<f64>,
@@ -184,6 +184,23 @@ struct TenantState {
     latency_floor_us: Option<f64>,
     /// The tenant did I/O in the interval.
     active: bool,
+    /// Intervals since the tenant last used what its floor entitles it to
+    /// (`u32::MAX`: never): one that has not, within the capacity loop's
+    /// memory, may simply ask less, and its shortfall says nothing of the
+    /// device's latency.
+    since_floor_reached: u32,
+}
+
+impl Default for TenantState {
+    fn default() -> Self {
+        TenantState {
+            cap: None,
+            holds: false,
+            latency_floor_us: None,
+            active: false,
+            since_floor_reached: u32::MAX,
+        }
+    }
 }
 
 /// Per-interval upward drift of the latency baseline.
@@ -225,8 +242,6 @@ pub struct FloorPolicy {
     feasibility: Option<Feasibility>,
     /// Step 2's verdict of the last decision, for `Policy::verdicts`.
     contended: bool,
-    /// The last decision had device figures for the capacity loop.
-    judged_device: bool,
 }
 
 /// One tenant's figures for a decision, all in cost units per second.
@@ -250,8 +265,6 @@ impl FloorPolicy {
             capacity: CapacityLoop::new(
                 CapacitySettings {
                     latency_target_us: params.latency_target.map(|t| t.0.as_secs_f64() * 1e6),
-                    queue_knee: params.queue_knee,
-                    latency_factor: params.latency_factor,
                     min_factor: CAPACITY_MIN,
                     max_factor: params.capacity_max,
                 },
@@ -259,7 +272,6 @@ impl FloorPolicy {
             ),
             feasibility: None,
             contended: false,
-            judged_device: false,
             params,
             ctx,
         }
@@ -276,7 +288,11 @@ impl Policy for FloorPolicy {
     }
 
     fn capacity_step(&self) -> Option<crate::capacity::CapacityStep> {
-        self.capacity.last_step().filter(|_| self.judged_device)
+        self.capacity.last_step()
+    }
+
+    fn capacity_curve(&self) -> Vec<crate::capacity::CurvePoint> {
+        self.capacity.curve().points().copied().collect()
     }
 
     fn resume_capacity(&mut self, estimate: f64) {
@@ -499,65 +515,53 @@ struct DeviceVerdict {
 /// What the tenants' own figures say about the device in an interval (step
 /// 2), for the capacity loop.
 struct TenantEvidence {
-    /// Someone was held back by something other than our caps.
-    held_by_device: bool,
+    /// Some tenant is held below what it asks by a cap of ours.
+    capped: bool,
+    /// What the tenants held by caps of ours used less than those caps.
+    capped_shortfall: f64,
     /// A capped tenant used (nearly) all of its cap.
     wants_more: bool,
-    floor_short: bool,
-    /// Short of its floor with no cap of ours to explain it, over a whole
-    /// interval.
-    floor_short_by_device: bool,
-    /// A protected tenant's own latency is far above its best.
-    protected_slowed: bool,
-    newcomer: bool,
+    /// Use ÷ promise of the protected tenant (or group) furthest below its
+    /// floor with no cap of ours holding it there ([`Observation::floor_share`]).
+    floor_share: Option<f64>,
     departed: bool,
 }
 
 impl TenantEvidence {
-    fn read(p: &FloorParams, snapshot: &Snapshot, priced: &Pricing) -> Self {
+    /// `scale`: the share of every floor the last decision could give (1
+    /// while the floors fit; below it, the declared fallback's factor).
+    fn read(p: &FloorParams, priced: &Pricing, scale: f64) -> Self {
         let usage = &priced.usage;
         let active = || usage.iter().enumerate().filter(|(_, &u)| u > 0.0);
-        // Learning from the total is right only if something other than our
-        // own caps held the tenants back; when every capped tenant got its
-        // cap, a high latency is slower service, and cutting would ratchet
-        // the estimate down by the target utilisation every interval.
-        // With no caps at all, what was served is only what was asked unless
-        // someone fell short: counting "no caps" as held by the device took
-        // the quiet tenants' own demand for the device's capacity while a
-        // noisy one was idle (rig `on-off-rig`: learned 0.56 of a device
-        // that had not changed, below the floors' need, and stuck there).
         let holding = |i: usize| priced.prev[i].cap.filter(|_| priced.prev[i].holds);
-        let group_short = group_short_of_floor(priced, holding);
-        let short = |i: usize, u: f64| u < SHORT_OF_FLOOR * priced.own_floors[i];
+        // Short by the device: a whole interval (it was active in the last)
+        // below what it is promised, no cap of ours holding it there, and
+        // its promise used within the loop's memory: a tenant that never
+        // asks for its floor is not held short by anything.
+        // A member of a group held as one limit is short by that limit's
+        // queue, ours, whatever the device does.
+        let tenant_share = active()
+            .filter(|&(i, &u)| {
+                priced.prev[i].active
+                    && priced.prev[i].since_floor_reached <= crate::capacity::MEMORY_INTERVALS
+                    && priced.presses_one_limit[i].is_none()
+                    && holding(i).is_none_or(|cap| u < HELD_AT_CAP * cap)
+            })
+            .map(|(i, &u)| u / (priced.own_floors[i] * scale))
+            .filter(|share| *share < SHORT_OF_FLOOR)
+            .reduce(f64::min);
+        let floor_share = match (tenant_share, group_floor_share(priced, holding, scale)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         TenantEvidence {
-            held_by_device: group_short
-                || active().any(|(i, &u)| match holding(i) {
-                    Some(cap) => u < HELD_AT_CAP * cap,
-                    None => short(i, u),
-                }),
+            capped: active().any(|(i, _)| holding(i).is_some()),
+            capped_shortfall: active()
+                .filter_map(|(i, &u)| holding(i).map(|cap| (cap - u).max(0.0)))
+                .sum(),
             wants_more: active()
                 .any(|(i, &u)| priced.prev[i].cap.is_some_and(|cap| u >= p.pressing * cap)),
-            floor_short: group_short || active().any(|(i, &u)| short(i, u)),
-            // A newcomer's first interval is partial.
-            floor_short_by_device: group_short
-                || active().any(|(i, &u)| {
-                    priced.prev[i].active
-                        && short(i, u)
-                        && holding(i).is_none_or(|cap| u < HELD_AT_CAP * cap)
-                }),
-            // Not held by a cap of ours (a throttle's wait is in its
-            // latency): where the backend reports it (QMP), the queue is
-            // felt by the protected.
-            protected_slowed: active().any(|(i, _)| {
-                priced.reserved[i] > 0.0
-                    && holding(i).is_none()
-                    && snapshot.tenants[i]
-                        .usage
-                        .and_then(|u| u.latency_us)
-                        .zip(priced.latency_floor[i])
-                        .is_some_and(|(l, best)| l > p.latency_factor * best)
-            }),
-            newcomer: active().any(|(i, _)| !priced.prev[i].active),
+            floor_share,
             // A tenant with a floor that stopped: in its last interval it
             // used less than its floor, which looked like the device
             // holding it.
@@ -567,22 +571,29 @@ impl TenantEvidence {
     }
 }
 
-/// A group below its floor with no member held by a cap (`holding`) is
-/// short as a tenant below its own would be: its members' own figures
-/// cannot show a promise only the group has.
-fn group_short_of_floor(priced: &Pricing, holding: impl Fn(usize) -> Option<f64>) -> bool {
+/// Use ÷ promise of the group furthest below its floor (scaled by
+/// `scale`) with no member held by a cap (`holding`), as a tenant below its
+/// own would be: its members' own figures cannot show a promise only the
+/// group has. `None` while every group with I/O meets its floor.
+fn group_floor_share(
+    priced: &Pricing,
+    holding: impl Fn(usize) -> Option<f64>,
+    scale: f64,
+) -> Option<f64> {
     let tree = &priced.tree;
     if tree.is_flat() {
-        return false;
+        return None;
     }
     let used = tree.sum_up(&priced.usage);
     let held: Vec<f64> = (0..priced.usage.len())
         .map(|i| if holding(i).is_some() { 1.0 } else { 0.0 })
         .collect();
     let held = tree.sum_up(&held);
-    (tree.leaves()..tree.nodes()).any(|g| {
-        used[g] > 0.0 && held[g] == 0.0 && used[g] < SHORT_OF_FLOOR * priced.node_reserved[g]
-    })
+    (tree.leaves()..tree.nodes())
+        .filter(|&g| used[g] > 0.0 && held[g] == 0.0 && priced.node_reserved[g] > 0.0)
+        .map(|g| used[g] / (priced.node_reserved[g] * scale))
+        .filter(|share| *share < SHORT_OF_FLOOR)
+        .reduce(f64::min)
 }
 
 /// Step 5's result for one tenant.
@@ -1082,11 +1093,7 @@ impl FloorPolicy {
         early_seen: Option<&DeviceSample>,
     ) -> DeviceVerdict {
         let observation = self.observe(snapshot, priced, early_seen);
-        self.judged_device = observation.is_some();
-        let capacity = match observation {
-            Some(observation) => self.capacity.update(&observation),
-            None => self.capacity.estimate(),
-        };
+        let capacity = self.capacity.update(&observation);
         let p = &self.params;
         let foreign = snapshot.foreign_load();
         let queue_overloaded = match (p.queue_knee, snapshot.device) {
@@ -1120,7 +1127,7 @@ impl FloorPolicy {
             } else {
                 0.0
             },
-            latency_threshold_us: self.capacity.latency_threshold_us(),
+            latency_threshold_us: self.capacity.latency_limit_us(),
             latency_target_in_reach: self.capacity.target_in_reach(),
         });
         // Only tenants doing I/O compete; one alone needs no cap but its ceiling.
@@ -1138,55 +1145,75 @@ impl FloorPolicy {
         }
     }
 
-    /// What the capacity loop is shown of this interval; `None` without a
-    /// device sample.
+    /// What the capacity loop is shown of this interval (without a device
+    /// sample, no queue: the loop holds its estimate and says why).
     fn observe(
         &self,
         snapshot: &Snapshot,
         priced: &Pricing,
         early_seen: Option<&DeviceSample>,
-    ) -> Option<Observation> {
+    ) -> Observation {
         let p = &self.params;
-        let evidence = TenantEvidence::read(p, snapshot, priced);
+        let evidence = TenantEvidence::read(p, priced, self.floor_scale());
         // Decided early, the interval's figures cover time before the
         // overload the look saw: the device is judged over that stretch, and
         // what was served is scaled by how fast the device completed I/O
         // there against the whole interval, so a device that slowed down is
         // measured as it is now, and one that was idle before a tenant's
-        // return (or a throttle's backlog let through at once, rig
-        // `on-off-rig`) is not taken for one that lost capacity.
+        // return is not taken for one that lost capacity.
         // Load the policy knows of but does not decide (a dead cluster host's
         // tenants at the caps it left) is served by the device like ours:
         // counted, the loop learns the device, not what the others leave of
-        // it, and a probe past the device's level is bounded by the model
-        // (simulated `noisy-20-cluster`: without it the new allocator learned
-        // 0.72 of the device and probed past that level, overshooting).
+        // it (simulated `noisy-20-cluster`: without it the new allocator
+        // learned 0.72 of the device and probed past that level).
+        // Served as the device completed it, never more: tenants' counters
+        // count I/O as their throttle lets it go (cgroup v1), so a backlog
+        // released by a raised cap reads as more than the device did (the
+        // rig: 1.22 of a device that completes 1.0), while the device's
+        // completions, priced at the tenants' mix, cannot run ahead of it.
         let total = priced.total + snapshot.foreign_load();
-        let (device, served) = match (early_seen, snapshot.device) {
-            (Some(&seen), Some(dev)) if dev.iops > 0.0 && seen.iops.is_finite() => {
-                (Some(seen), total * seen.iops.max(0.0) / dev.iops)
+        let ios: f64 = snapshot
+            .tenants
+            .iter()
+            .filter_map(|t| t.usage.map(|u| u.iops()))
+            .sum();
+        let completed = |rate: f64| {
+            if ios > 0.0 && rate.is_finite() {
+                total.min(total * rate.max(0.0) / ios)
+            } else {
+                total
             }
-            (_, dev) => (dev, total),
         };
-        let dev = device?;
-        Some(Observation {
-            newcomer: evidence.newcomer,
-            departed: evidence.departed,
-            latency_us: dev.mean_latency_us(),
-            avg_queue: Some(dev.avg_queue),
+        let (device, served) = match (early_seen, snapshot.device) {
+            (Some(&seen), Some(_)) => (Some(seen), completed(seen.iops)),
+            (_, dev) => (dev, dev.map_or(total, |d| completed(d.iops))),
+        };
+        Observation {
+            latency_us: device.and_then(|d| d.mean_latency_us()),
+            avg_queue: device.map(|d| d.avg_queue),
             served,
-            held_by_device: evidence.held_by_device,
+            capped: evidence.capped,
+            capped_shortfall: evidence.capped_shortfall,
             wants_more: evidence.wants_more,
-            floor_short: evidence.floor_short,
-            floor_short_by_device: evidence.floor_short_by_device,
-            protected_slowed: evidence.protected_slowed,
-            contended: total >= p.border * self.capacity.estimate(),
-            interval: Some(snapshot.interval),
+            floor_share: evidence.floor_share,
             floors_need: (priced.reserved.iter().sum::<f64>() + snapshot.foreign_load())
                 / p.target_utilisation,
             handed_out: p.target_utilisation,
+            interval: Some(snapshot.interval),
+            departed: evidence.departed,
             early: early_seen.is_some(),
-        })
+        }
+    }
+
+    /// The share of every floor the last decision could give: 1 while the
+    /// floors fit what it handed out, else the declared fallback's factor.
+    fn floor_scale(&self) -> f64 {
+        match self.feasibility {
+            Some(f) if f.floors > 0.0 => {
+                (self.params.target_utilisation * f.capacity / f.floors).clamp(1e-9, 1.0)
+            }
+            _ => 1.0,
+        }
     }
 
     /// Step 3: what each tenant wants this interval (module doc, step 3).
@@ -1352,11 +1379,19 @@ impl FloorPolicy {
         decided: &[Decided],
     ) -> Vec<Caps> {
         let cost = self.ctx.cost;
+        let scale = self.floor_scale();
         snapshot
             .tenants
             .iter()
             .enumerate()
             .map(|(i, t)| {
+                let promise = priced.own_floors[i] * scale;
+                let since_floor_reached =
+                    if promise > 0.0 && priced.usage[i] >= SHORT_OF_FLOOR * promise {
+                        0
+                    } else {
+                        priced.prev[i].since_floor_reached.saturating_add(1)
+                    };
                 self.state.insert(
                     t.spec.name.clone(),
                     TenantState {
@@ -1364,6 +1399,7 @@ impl FloorPolicy {
                         holds: decided[i].holds,
                         latency_floor_us: priced.latency_floor[i],
                         active: priced.usage[i] > 0.0,
+                        since_floor_reached,
                     },
                 );
                 match (decided[i].cap, priced.mixes[i]) {

@@ -39,10 +39,15 @@ pub trait Policy: Send {
     }
 
     /// How the capacity loop judged the interval of the last decision, for
-    /// traces; `None` for policies that do not learn capacity, and for a
-    /// decision that had no device figures to judge.
+    /// traces; `None` for policies that do not learn capacity.
     fn capacity_step(&self) -> Option<crate::capacity::CapacityStep> {
         None
+    }
+
+    /// The capacity loop's recent points of the device's curve (served
+    /// against in flight), oldest first; empty for policies without one.
+    fn capacity_curve(&self) -> Vec<crate::capacity::CurvePoint> {
+        Vec::new()
     }
 
     /// Starts from a capacity another instance learned (a new cluster

@@ -30,7 +30,16 @@ pub(super) struct DeviceLoop {
     backend: HybridBackend,
     present: bool,
     state: DeviceState,
+    /// Why the capacity loop last held its estimate unjudged, logged once
+    /// per change.
+    capacity_fault: Option<iofloor_core::capacity::Fault>,
+    /// The learned capacity's disagreement with a model file was logged.
+    model_disagreement_told: bool,
 }
+
+/// How far the learned capacity may stray from a model file (either way)
+/// before the log says the file is wrong.
+const MODEL_DISAGREEMENT: f64 = 3.0;
 
 /// The cgroup hierarchy to use: the config's, else v2 with io at
 /// /sys/fs/cgroup, else v1 blkio.
@@ -145,6 +154,8 @@ pub(super) fn build_device(
         controller: Controller::new(policy, Vec::new()),
         backend,
         present: true,
+        capacity_fault: None,
+        model_disagreement_told: false,
         state: DeviceState {
             device: d.id.to_string(),
             path: d
@@ -162,6 +173,7 @@ pub(super) fn build_device(
             capacity_estimate: None,
             contended: None,
             capacity_step: None,
+            capacity_curve: Vec::new(),
         },
     })
 }
@@ -482,34 +494,39 @@ impl DeviceLoop {
     /// policy's verdict and capacity, and whether the floors fit (logged
     /// once per change, not per interval).
     fn note_device(&mut self, report: &TickReport) {
+        let step = self.controller.capacity_step();
+        self.note_capacity_fault(step.and_then(|s| s.fault));
         let state = &mut self.state;
         state.utilisation = report.device.map(|s| s.utilisation);
         state.avg_queue = report.device.map(|s| s.avg_queue);
         state.capacity_estimate = self.controller.capacity_estimate();
-        state.capacity_step = self.controller.capacity_step();
+        state.capacity_step = step;
+        state.capacity_curve = self.controller.capacity_curve();
         // Each interval's judgement, for an operator asking why the learned
         // capacity moved (`IOFLOOR_LOG=iofloor_daemon=debug`).
         if let Some(step) = &state.capacity_step {
             debug!(
                 device = %self.config.name,
                 verdict = ?step.verdict,
+                phase = ?step.phase,
                 estimate = step.estimate,
                 level = step.level,
+                plateau = step.plateau,
                 served = step.served,
                 floors_need = step.floors_need,
                 latency_us = step.latency_us,
-                threshold_us = step.threshold_us,
                 avg_queue = step.avg_queue,
-                held_by_device = step.held_by_device,
+                capped = step.capped,
+                capped_shortfall = step.capped_shortfall,
                 wants_more = step.wants_more,
-                floor_short = step.floor_short,
-                floor_short_by_device = step.floor_short_by_device,
-                newcomer = step.newcomer,
+                floor_share = step.floor_share,
                 departed = step.departed,
                 early = step.early,
                 "capacity step"
             );
         }
+        self.note_model_disagreement();
+        let state = &mut self.state;
         state.latency_us = report.device.and_then(|s| s.mean_latency_us());
         state.contended = Some(report.verdicts.contended);
         let feasibility = self.controller.feasibility();
@@ -551,6 +568,46 @@ impl DeviceLoop {
         }
         state.latency_target_in_reach = in_reach;
         state.latency_threshold_us = threshold_us;
+    }
+}
+
+impl DeviceLoop {
+    /// Says once, at each change, why the capacity loop holds its estimate
+    /// without judging the device (and when it judges again).
+    fn note_capacity_fault(&mut self, fault: Option<iofloor_core::capacity::Fault>) {
+        if fault == self.capacity_fault {
+            return;
+        }
+        match fault {
+            Some(fault) => warn!(
+                device = %self.config.name,
+                "the capacity loop holds its estimate: {fault}"
+            ),
+            None => info!(device = %self.config.name, "the capacity loop judges the device again"),
+        }
+        self.capacity_fault = fault;
+    }
+
+    /// Says once when the capacity learned strays [`MODEL_DISAGREEMENT`]
+    /// times or more from the model file the config names: the loop learns
+    /// the device away from it, but the file prices every floor in IOPS or
+    /// bytes and should be measured again.
+    fn note_model_disagreement(&mut self) {
+        let (ModelSource::File(file), Some(estimate)) =
+            (&self.config.model, self.state.capacity_estimate)
+        else {
+            return;
+        };
+        let off = estimate.max(1e-9).max(1.0 / estimate.max(1e-9));
+        if off >= MODEL_DISAGREEMENT && !self.model_disagreement_told {
+            warn!(
+                device = %self.config.name,
+                model_file = %file.display(),
+                learned = estimate,
+                "the device delivers {estimate:.2}x what the model file says: floors in IOPS or bytes are priced by it; measure it again (`iofloor calibrate`)"
+            );
+            self.model_disagreement_told = true;
+        }
     }
 }
 

@@ -1,0 +1,247 @@
+//! The curve a device traces: work served against I/Os in flight, one point
+//! per judged interval, old points forgotten and contradicted ones dropped,
+//! so a device that changed is relearned from what it does now.
+
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+use super::{IN_FLIGHT_NOISE, MEMORY_INTERVALS, SERVED_NOISE};
+
+/// The most points kept: two per interval of a minute is enough to show
+/// the shape, and bounds what the status page carries.
+const POINTS: usize = 64;
+
+/// How the loop judged the interval a point comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PointKind {
+    /// The device was the limit: more in flight, no more served.
+    Full,
+    /// Right after a full one, while the queue it built drains: its latency
+    /// says nothing about the device's own.
+    Draining,
+    /// Anything else: the device served what was asked of it.
+    Served,
+}
+
+/// One judged interval (or look) of the device.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CurvePoint {
+    /// Mean I/Os in flight at the device (its queue integral over time).
+    pub in_flight: f64,
+    /// Work served, cost units per second.
+    pub served: f64,
+    /// Mean time an I/O spent at the device (µs): in flight ÷ completions.
+    pub latency_us: f64,
+    /// What the policy handed out, cost units per second: a device held
+    /// below what it can do queues far less than one handed a hair more.
+    pub handed: f64,
+    pub kind: PointKind,
+    /// Intervals since the point was taken.
+    pub age: u32,
+}
+
+impl CurvePoint {
+    /// Whether `new` shows this older point to be from a device that has
+    /// since changed. A full point's served is the most the device gave at
+    /// any queue: served past it beyond noise means the device grew, a new
+    /// full point below it that it shrank. Any other point is contradicted
+    /// by one that served more with clearly fewer in flight (faster since),
+    /// by the same work with clearly more in flight at no less handed out
+    /// (not by a full one, whose queue at its plateau is any), or by a full
+    /// point below what it served at no more in flight (slower
+    /// since): the device's served never falls as its queue grows, but for
+    /// the overdriven garbage collector, which the loop meets as full.
+    fn contradicted_by(&self, new: &CurvePoint) -> bool {
+        let more = |a: f64, b: f64| a > b * (1.0 + SERVED_NOISE);
+        let fewer = |a: f64, b: f64| a * (1.0 + IN_FLIGHT_NOISE) < b;
+        let new_full = new.kind == PointKind::Full;
+        if self.kind == PointKind::Full {
+            return more(new.served, self.served) || (new_full && more(self.served, new.served));
+        }
+        let same_work = !more(new.served, self.served) && !more(self.served, new.served);
+        (new_full && more(self.served, new.served) && self.in_flight <= new.in_flight)
+            || (more(new.served, self.served) && fewer(new.in_flight, self.in_flight))
+            || (same_work
+                && !new_full
+                && fewer(self.in_flight, new.in_flight)
+                && new.handed >= self.handed * (1.0 - SERVED_NOISE))
+    }
+}
+
+/// The recent points, newest last.
+#[derive(Debug, Clone, Default)]
+pub struct Curve {
+    points: VecDeque<CurvePoint>,
+}
+
+impl Curve {
+    pub fn points(&self) -> impl Iterator<Item = &CurvePoint> {
+        self.points.iter()
+    }
+
+    /// Adds a point, first dropping those it contradicts: a point that
+    /// served more with fewer in flight than one now found full, or one
+    /// that served less than this one at as many in flight. The newer wins,
+    /// since a device changes and noise does not pass these margins.
+    pub fn add(&mut self, point: CurvePoint) {
+        self.points.retain(|old| !old.contradicted_by(&point));
+        if self.points.len() == POINTS {
+            self.points.pop_front();
+        }
+        self.points.push_back(point);
+    }
+
+    /// The point added last.
+    pub fn newest(&self) -> Option<&CurvePoint> {
+        self.points.back()
+    }
+
+    /// Ages every point by an interval and forgets those past the memory.
+    pub fn age(&mut self) {
+        for p in &mut self.points {
+            p.age = p.age.saturating_add(1);
+        }
+        self.points.retain(|p| p.age <= MEMORY_INTERVALS);
+    }
+
+    /// Forgets every point but the newest: the device got faster, so what
+    /// it served before (its plateau among it) no longer bounds it.
+    pub fn forget_all_but_newest(&mut self) {
+        let newest = self.points.pop_back();
+        self.points.clear();
+        self.points.extend(newest);
+    }
+
+    /// The plateau: the most served in an interval the device was full, the
+    /// rate past which more in flight brought no more (BBR's bottleneck
+    /// bandwidth). `None` while no point found it full.
+    pub fn plateau(&self) -> Option<f64> {
+        self.points
+            .iter()
+            .filter(|p| p.kind == PointKind::Full)
+            .map(|p| p.served)
+            .reduce(f64::max)
+    }
+
+    /// The least latency seen (µs): the device's own, unqueued (BBR's
+    /// minimum round trip).
+    pub fn least_latency_us(&self) -> Option<f64> {
+        self.points.iter().map(|p| p.latency_us).reduce(f64::min)
+    }
+
+    /// The most served in any remembered point.
+    pub fn most_served(&self) -> f64 {
+        self.points.iter().map(|p| p.served).fold(0.0, f64::max)
+    }
+
+    /// Forgets the newest point if it found the device full: it came from
+    /// an interval a tenant left during, whose shortfall was its leaving.
+    pub fn forget_newest_full(&mut self) {
+        if self
+            .points
+            .back()
+            .is_some_and(|p| p.kind == PointKind::Full)
+        {
+            self.points.pop_back();
+        }
+    }
+
+    /// Whether `new` waits at least [`IN_FLIGHT_NOISE`] less than any
+    /// remembered point that served no more than it did with no more handed
+    /// out (none of them a full one's queue): the same work in fewer I/Os in
+    /// flight, so the device got faster (a neighbour left, a slow phase
+    /// ended). Less handed out queues less on any device, and less served
+    /// waits less, so only such points compare; three at least, so one
+    /// quiet interval is no evidence.
+    pub fn shows_faster(&self, new: &CurvePoint) -> bool {
+        let comparable: Vec<f64> = self
+            .points
+            .iter()
+            .filter(|p| {
+                p.kind == PointKind::Served
+                    && p.handed <= new.handed * (1.0 + SERVED_NOISE)
+                    && p.served <= new.served * (1.0 + SERVED_NOISE)
+            })
+            .map(|p| p.latency_us)
+            .collect();
+        let least = comparable.iter().copied().fold(f64::INFINITY, f64::min);
+        comparable.len() >= 3 && new.latency_us <= least * (1.0 - IN_FLIGHT_NOISE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(in_flight: f64, served: f64, kind: PointKind) -> CurvePoint {
+        CurvePoint {
+            in_flight,
+            served,
+            latency_us: in_flight / served,
+            handed: served,
+            kind,
+            age: 0,
+        }
+    }
+
+    #[test]
+    fn the_plateau_is_the_most_a_full_interval_served() {
+        let mut c = Curve::default();
+        c.add(point(0.5, 0.5, PointKind::Served));
+        assert_eq!(c.plateau(), None);
+        c.add(point(8.0, 0.95, PointKind::Full));
+        c.add(point(20.0, 0.97, PointKind::Full));
+        assert_eq!(c.plateau(), Some(0.97));
+    }
+
+    #[test]
+    fn a_smaller_device_drops_what_the_larger_one_served() {
+        let mut c = Curve::default();
+        c.add(point(3.0, 0.97, PointKind::Served));
+        c.add(point(30.0, 1.0, PointKind::Full));
+        // Cut by 15 %: full at 0.85 with a longer queue.
+        c.add(point(40.0, 0.85, PointKind::Full));
+        assert_eq!(c.plateau(), Some(0.85));
+        assert!(c.points().all(|p| p.served <= 0.85 + 1e-9));
+    }
+
+    #[test]
+    fn a_point_serving_more_at_as_many_in_flight_drops_the_old_plateau() {
+        let mut c = Curve::default();
+        c.add(point(10.0, 0.8, PointKind::Full));
+        c.add(point(10.0, 0.95, PointKind::Served));
+        assert_eq!(c.plateau(), None);
+    }
+
+    #[test]
+    fn a_busy_device_still_serving_more_with_more_in_flight_keeps_its_points() {
+        let mut c = Curve::default();
+        for (n, x) in [(0.3, 0.5), (1.5, 0.7), (4.0, 0.9), (9.0, 0.95)] {
+            c.add(point(n, x, PointKind::Served));
+        }
+        assert_eq!(c.points().count(), 4);
+    }
+
+    #[test]
+    fn the_same_work_in_far_fewer_in_flight_shows_a_faster_device() {
+        let mut c = Curve::default();
+        for _ in 0..3 {
+            c.add(point(6.0, 0.8, PointKind::Served));
+        }
+        assert!(c.shows_faster(&point(2.0, 0.8, PointKind::Served)));
+        assert!(!c.shows_faster(&point(5.5, 0.8, PointKind::Served)));
+        // Less served waits less on any device: no sign.
+        assert!(!c.shows_faster(&point(2.0, 0.5, PointKind::Served)));
+    }
+
+    #[test]
+    fn old_points_are_forgotten() {
+        let mut c = Curve::default();
+        c.add(point(10.0, 0.8, PointKind::Full));
+        for _ in 0..=MEMORY_INTERVALS {
+            c.age();
+        }
+        assert_eq!(c.points().count(), 0);
+    }
+}

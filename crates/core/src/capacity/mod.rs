@@ -1,0 +1,787 @@
+//! Closed-loop capacity: what the device delivers now, learned from the work
+//! it served against the I/Os it had in flight, instead of trusted from the
+//! cost model.
+//!
+//! One model covers every device shape. Each interval (and each look between
+//! intervals) gives a point: work served X and mean I/Os in flight N (the
+//! device's queue integral; Little's law, N = X·R, gives the latency R). The
+//! points trace the device's curve X(N) ([`Curve`]): rising while more in
+//! flight brings more served, flat at its **plateau**, the most it can
+//! serve. A busy device is not a full one: a FIFO path, a rate-limited
+//! volume or a throttled array port waits longer as its load grows long
+//! before it is full, and that is no reason to hand out less.
+//!
+//! - **Overload** is in-flight rising (or holding) while served work does
+//!   not, with the device short of what we allowed: a tenant our caps hold
+//!   got less than its cap (or, with nobody capped, a floor went short)
+//!   and less was served than handed out. The estimate becomes what was
+//!   served, the point is the plateau, and a queue past what the device
+//!   holds unqueued is drained by a cut for one interval (PARDA's rule, at
+//!   most 30 %). Served work that grew with its queue is no overload,
+//!   however far the latency rose.
+//! - **Latency, not capacity.** A protected tenant short of its floor with
+//!   no cap of ours on it, while every capped tenant got its cap, lives on
+//!   latency: keeping k I/Os in flight it gets k ÷ R, so it needs the device
+//!   at R × use ÷ floor (Little's law per tenant). The device is held at the
+//!   most the curve served at that latency (or half the shortfall lower
+//!   when the curve has no such point), that level becomes a ceiling, and
+//!   the rest is handed out. An operator's `latency_target` is the same
+//!   limit, set by hand.
+//! - **Up is the same model** (BBR: probe, keep what was delivered). Below
+//!   the level known good (the plateau, a ceiling, or the model before
+//!   anything is known) the estimate regains it fast. Past it, it probes by
+//!   1 % an interval, doubling while the device serves what it is handed
+//!   and has shown more than was known: at once where the point shows no
+//!   queue (the curve still rises there) or the model is already disproved,
+//!   otherwise after a wait that doubles each time a probe finds the level
+//!   again. A probe ends on an overload or a floor short by latency.
+//! - **A changed device is relearned.** Points that a new one contradicts
+//!   (more served at the same queue, or less at a longer one) are dropped;
+//!   the same work at a quarter less latency shows a faster device and
+//!   forgets what bounded the estimate; old points age out.
+//! - **Floors are never priced out on a guess.** The estimate never goes
+//!   below what the floors need (at most what the device has shown) unless
+//!   the device proved it cannot serve them: [`PROOF_INTERVALS`] overloads
+//!   in a row, each with a floor it held short.
+//! - **Bad figures hold the estimate** ([`Fault`]): no device figures, a
+//!   device that counts no I/O while tenants are served, a missing queue
+//!   integral, a latency of zero or past any device's.
+//!
+//! The history of what was tried before this model and why it was replaced
+//! is in docs/policies.md, "Closed-loop capacity".
+
+mod curve;
+
+pub use curve::{Curve, CurvePoint, PointKind};
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// Intervals a point of the curve, a ceiling or a proof is remembered: a
+/// device that changed unseen is relearned within two minutes.
+pub(crate) const MEMORY_INTERVALS: u32 = 120;
+/// In-flight counts within this share are one: a steady load's queue moves
+/// by a fifth from interval to interval.
+pub(crate) const IN_FLIGHT_NOISE: f64 = 0.25;
+/// Served within this share is the same: a throttle holds a rate to a few
+/// per cent.
+pub(crate) const SERVED_NOISE: f64 = 0.03;
+/// A probe's first step: what a device at its plateau absorbs in the 3 % the
+/// policy does not hand out.
+const PROBE_STEP: f64 = 0.01;
+/// The largest step, once the device has served past what was known: BBR's
+/// startup gain, which finds a 3x pessimistic model in about ten intervals.
+const STEP_MAX: f64 = 0.25;
+/// Intervals of room with no I/O waiting at the device before a probe past
+/// the model while the loop is still learning: a pessimistic model is
+/// doubted within seconds.
+const PROBE_WAIT: u32 = 8;
+/// Share of the gap to the level known good closed per interval of room:
+/// most of the way at once, without overshooting a level that moved.
+const REGAIN_SHARE: f64 = 0.4;
+/// The deepest drain below what an overload served: a queue larger than
+/// this drains over several intervals rather than idling the device.
+const DEEPEST_DRAIN: f64 = 0.7;
+/// Overloads in a row, each with a floor the device held short, before the
+/// estimate may price a floor out: one interval's dip is no proof.
+pub const PROOF_INTERVALS: usize = 3;
+/// The least a latency target is judged at, as a multiple of the device's
+/// own latency: below it no cap meets the target.
+const TARGET_REACH: f64 = 1.25;
+
+/// What the loop sees of one interval.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Observation {
+    /// Mean time an I/O spent at the device, in µs, where it is known.
+    pub latency_us: Option<f64>,
+    /// Mean I/Os in flight at the device (iostat `aqu-sz`), where known.
+    pub avg_queue: Option<f64>,
+    /// Cost rate served, in cost units per second (all load on the device
+    /// the policy knows of).
+    pub served: f64,
+    /// Some tenant is held below what it asks by a cap of ours: a lower
+    /// estimate acts on the device.
+    pub capped: bool,
+    /// What the tenants held by caps of ours used less than those caps, in
+    /// cost units per second: what the device did not deliver of what we
+    /// allowed.
+    pub capped_shortfall: f64,
+    /// A capped tenant used (nearly) all of its cap: more would be used.
+    pub wants_more: bool,
+    /// Use ÷ floor of the protected tenant furthest below its floor with no
+    /// cap of ours holding it there, over a whole interval; `None` while
+    /// every floor is met.
+    pub floor_share: Option<f64>,
+    /// What the floors of the active tenants need (cost units per second,
+    /// already divided by the share handed out).
+    pub floors_need: f64,
+    /// Share of the estimate handed out while contended (the policy's target
+    /// utilisation): what can be served is at most that share of it.
+    pub handed_out: f64,
+    /// Length of the interval, where known: how fast a drain empties a queue.
+    pub interval: Option<Duration>,
+    /// A tenant with a floor that did I/O in the last interval did none in
+    /// this one: short in its last, partial interval, it looked held back.
+    pub departed: bool,
+    /// Decided on what a look between intervals saw: latency and queue are
+    /// the look's stretch, served the interval's scaled to the device's rate
+    /// there; it proves nothing about the floors.
+    pub early: bool,
+}
+
+/// The loop's verdict on an interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Nothing to judge by (no figures, bad figures, no I/O): estimate held.
+    Unknown,
+    /// In flight rose, served did not, and the device was short of what was
+    /// allowed: the estimate is what it served.
+    Overloaded,
+    /// A floor held short by the device's latency while every capped tenant
+    /// got its cap (or the latency past the operator's target): the device
+    /// is held where its latency lets the floor through.
+    LatencyBound,
+    /// Tenants want more and the device served what was handed out.
+    Room,
+    /// Nobody asks for more.
+    Idle,
+}
+
+/// Why the loop held its estimate without judging an interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    /// The backend gave no device figures (counters gone backwards, a
+    /// device it cannot see).
+    NoDeviceFigures,
+    /// Tenants were served but the device counted no completed I/O.
+    DeviceStopped,
+    /// The device shows completions but no time in queue.
+    NoQueueIntegral,
+    /// A latency or queue no device has (a counter that jumped).
+    Absurd,
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Fault::NoDeviceFigures => "no device figures (counters gone backwards or unreadable)",
+            Fault::DeviceStopped => "tenants were served but the device counted no I/O",
+            Fault::NoQueueIntegral => "the device counts completions but no time in queue",
+            Fault::Absurd => "a latency or queue no device has (a counter that jumped?)",
+        })
+    }
+}
+
+/// Where the loop stands; its transitions are all in [`CapacityLoop::act`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "phase")]
+pub enum Phase {
+    /// At the estimate, or regaining the level known good; `room` counts
+    /// intervals of room since the estimate last moved down.
+    Steady { room: u32 },
+    /// Raised past the level known, from `from`, by `step` last; kept while
+    /// the device serves what is handed out.
+    Probing { from: f64, step: f64 },
+    /// Cut below `level`, what an overload served, while its queue drains.
+    Draining { level: f64 },
+}
+
+/// One interval as the loop judged it, for traces, the status API and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CapacityStep {
+    pub verdict: Verdict,
+    pub phase: Phase,
+    /// The estimate after the interval, cost units per second.
+    pub estimate: f64,
+    /// The level regained fast: the plateau or ceiling known, else the model.
+    pub level: f64,
+    /// The curve's plateau, where an overload has found one.
+    pub plateau: Option<f64>,
+    /// Still learning where the device's level is: probes allowed.
+    pub learning: bool,
+    /// The latency the device is held under (µs): the operator's target as
+    /// judged, where one is set.
+    pub latency_limit_us: Option<f64>,
+    pub latency_us: Option<f64>,
+    pub avg_queue: Option<f64>,
+    pub served: f64,
+    pub floors_need: f64,
+    pub capped: bool,
+    pub capped_shortfall: f64,
+    pub wants_more: bool,
+    pub floor_share: Option<f64>,
+    pub departed: bool,
+    pub early: bool,
+    /// Why the interval was not judged, if it was not.
+    pub fault: Option<Fault>,
+}
+
+/// Bounds of the estimate and the operator's latency target.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CapacitySettings {
+    /// Mean device latency (µs) the device is held under, where set.
+    pub latency_target_us: Option<f64>,
+    /// Bounds of the estimate, as multiples of the model's capacity.
+    pub min_factor: f64,
+    pub max_factor: f64,
+}
+
+/// Proof that the device cannot serve the floors: what it served in the
+/// last overloads in a row that held a floor short.
+#[derive(Debug, Clone, Default)]
+struct Proof {
+    served: VecDeque<f64>,
+    /// Intervals since the proof was last complete (`None`: never).
+    age: Option<u32>,
+}
+
+impl Proof {
+    /// The most the device served while proving itself short, or infinity.
+    fn limit(&self) -> f64 {
+        match self.age {
+            Some(age) if age <= MEMORY_INTERVALS => self.served.iter().copied().fold(0.0, f64::max),
+            _ => f64::INFINITY,
+        }
+    }
+
+    fn record(&mut self, short: Option<f64>) {
+        self.age = self.age.map(|a| a.saturating_add(1));
+        match short {
+            Some(served) => {
+                if self.served.len() == PROOF_INTERVALS {
+                    self.served.pop_front();
+                }
+                self.served.push_back(served);
+                if self.served.len() == PROOF_INTERVALS {
+                    self.age = Some(0);
+                }
+            }
+            None => self.served.clear(),
+        }
+    }
+}
+
+/// The learned capacity and what it remembers.
+#[derive(Debug, Clone)]
+pub struct CapacityLoop {
+    settings: CapacitySettings,
+    model: f64,
+    estimate: f64,
+    phase: Phase,
+    curve: Curve,
+    /// A level the estimate is held under with no full interval to show for
+    /// it (a floor held short by latency there, or a level resumed from
+    /// another allocator), and its age.
+    ceiling: Option<(f64, u32)>,
+    /// No limit found yet (since the start, or since the device showed
+    /// itself faster): probes past the level known are allowed. Once one is
+    /// found, the level holds until it is forgotten: a probe into a full
+    /// device costs the tenants that live on latency their p99.
+    learning: bool,
+    proof: Proof,
+    /// The point judged last: whether in-flight rose is asked against it.
+    last: Option<CurvePoint>,
+    /// The estimate before the last interval stepped it down, restored if
+    /// the next shows a tenant gone (its last, partial interval looked short).
+    undo: Option<f64>,
+    verdict: Verdict,
+    last_step: Option<CapacityStep>,
+}
+
+impl CapacityLoop {
+    /// Starts at the model's capacity (cost units per second).
+    pub fn new(settings: CapacitySettings, model: f64) -> CapacityLoop {
+        CapacityLoop {
+            settings,
+            model,
+            estimate: model,
+            phase: Phase::Steady { room: 0 },
+            curve: Curve::default(),
+            ceiling: None,
+            learning: true,
+            proof: Proof::default(),
+            last: None,
+            undo: None,
+            verdict: Verdict::Unknown,
+            last_step: None,
+        }
+    }
+
+    pub fn estimate(&self) -> f64 {
+        self.estimate
+    }
+
+    pub fn verdict(&self) -> Verdict {
+        self.verdict
+    }
+
+    /// The last interval as judged; `None` before the first.
+    pub fn last_step(&self) -> Option<CapacityStep> {
+        self.last_step
+    }
+
+    /// The curve's recent points, oldest first.
+    pub fn curve(&self) -> &Curve {
+        &self.curve
+    }
+
+    /// Continues from `estimate`, learned elsewhere (a new cluster allocator
+    /// resumes the last allocation's): held as a ceiling, probed past only
+    /// after the longest wait. Started fresh, a takeover grew towards the
+    /// model at once and the quiet tenant missed its floor 4-8 s after it.
+    pub fn resume(&mut self, estimate: f64) {
+        if !estimate.is_finite() || estimate <= 0.0 {
+            return;
+        }
+        let (low, high) = self.bounds();
+        self.estimate = estimate.clamp(low, high);
+        self.ceiling = Some((self.estimate, 0));
+        self.learning = false;
+        self.phase = Phase::Steady { room: 0 };
+    }
+
+    fn bounds(&self) -> (f64, f64) {
+        (
+            self.model * self.settings.min_factor,
+            self.model * self.settings.max_factor,
+        )
+    }
+
+    /// The device's own latency, unqueued: the least on the curve (µs).
+    pub fn least_latency_us(&self) -> Option<f64> {
+        self.curve.least_latency_us()
+    }
+
+    /// The operator's target as judged: never below [`TARGET_REACH`] × the
+    /// device's own latency, which no cap gets under.
+    pub fn latency_limit_us(&self) -> Option<f64> {
+        let target = self.settings.latency_target_us?;
+        Some(
+            self.least_latency_us()
+                .map_or(target, |least| target.max(TARGET_REACH * least)),
+        )
+    }
+
+    /// Whether the operator's target is within the device's reach; `None`
+    /// without a target.
+    pub fn target_in_reach(&self) -> Option<bool> {
+        let target = self.settings.latency_target_us?;
+        Some(self.latency_limit_us()? <= target)
+    }
+
+    /// Whether a look between intervals shows the overload this model
+    /// defines starting: in flight at least doubled since the last judged
+    /// point while the device completes hardly more (less than a quarter of
+    /// the in-flight growth). A burst the device takes is judged at the
+    /// interval's end; a queue it cannot take is answered within a look.
+    pub fn overloaded_in_part(&self, latency_us: Option<f64>, avg_queue: Option<f64>) -> bool {
+        let (Some(l), Some(q), Some(last)) = (latency_us, avg_queue, self.last) else {
+            return false;
+        };
+        if !(l.is_finite() && l > 0.0 && q.is_finite()) {
+            return false;
+        }
+        let in_flight = q / last.in_flight.max(1.0);
+        let rate = (q / l) / (last.in_flight / last.latency_us);
+        in_flight >= 2.0 && rate - 1.0 < (in_flight - 1.0) / 4.0
+    }
+
+    /// Learns from one interval; returns the new estimate.
+    pub fn update(&mut self, obs: &Observation) -> f64 {
+        self.age();
+        self.undo_departure(obs);
+        let judged = self.judge(obs);
+        let point = judged.ok().flatten();
+        self.verdict = match judged {
+            Ok(Some((_, verdict))) => verdict,
+            _ => Verdict::Unknown,
+        };
+        if let Some((point, verdict)) = point {
+            if !obs.early {
+                let short = (verdict == Verdict::Overloaded
+                    && obs.floor_share.is_some()
+                    && point.served / share_handed_out(obs) < obs.floors_need)
+                    .then_some(point.served / share_handed_out(obs));
+                self.proof.record(short);
+            }
+            self.act(verdict, point, obs);
+            let (low, high) = self.bounds();
+            self.estimate = self.estimate.max(self.guard(obs)).clamp(low, high);
+        }
+        self.last_step = Some(self.step_of(obs, judged.err()));
+        self.estimate
+    }
+
+    /// Ages what the loop remembers by one interval.
+    fn age(&mut self) {
+        self.curve.age();
+        self.ceiling = self
+            .ceiling
+            .map(|(level, age)| (level, age + 1))
+            .filter(|&(_, age)| age <= MEMORY_INTERVALS);
+    }
+
+    /// A tenant that stopped in the last interval was short there, which
+    /// looked like the device holding it: the step down for it is undone,
+    /// unless the device proved itself short.
+    fn undo_departure(&mut self, obs: &Observation) {
+        if let Some(before) = self.undo.take() {
+            if obs.departed && self.proof.limit().is_infinite() {
+                self.estimate = before;
+                self.phase = Phase::Steady { room: 0 };
+                self.curve.forget_newest_full();
+            }
+        }
+    }
+
+    /// The interval's point and verdict, judged against what the loop
+    /// knows; `Ok(None)` when there is nothing to judge (no I/O at all).
+    fn judge(&self, obs: &Observation) -> Result<Option<(CurvePoint, Verdict)>, Fault> {
+        let Some(mut point) = point_of(obs)? else {
+            return Ok(None);
+        };
+        let handed = self.estimate * share_handed_out(obs);
+        point.handed = handed;
+        let grew_with_queue = self.last.is_some_and(|last| {
+            point.served > last.served * (1.0 + SERVED_NOISE) && point.in_flight > last.in_flight
+        });
+        // In flight rising (by an I/O or more), or holding with an I/O or
+        // more waiting on average: in flight beyond what the device holds
+        // at its least latency (a device holding only its own work shows
+        // that latency, whatever its shape).
+        let waiting = self.least_latency_us().is_none_or(|least| {
+            point.latency_us > (1.0 + IN_FLIGHT_NOISE) * least
+                && point.in_flight * (1.0 - least / point.latency_us) >= 1.0
+        });
+        // A queue that is falling is the last step down taking hold: no
+        // reason for another.
+        let in_flight_steady = self
+            .last
+            .is_none_or(|last| point.in_flight >= last.in_flight * (1.0 - IN_FLIGHT_NOISE));
+        let in_flight_rising = self.last.is_none_or(|last| {
+            (point.in_flight > last.in_flight * (1.0 + IN_FLIGHT_NOISE)
+                && point.in_flight >= last.in_flight + 1.0)
+                || (waiting && in_flight_steady)
+        });
+        // Short of what we allowed: the capped tenants got materially less
+        // than their caps, or a floor went short with less served than was
+        // handed out. On a FIFO path a full device shows first in the
+        // tenants with few I/Os in flight; those with many still get their
+        // caps.
+        let capped_short = obs.capped_shortfall > SERVED_NOISE * handed;
+        let short = capped_short
+            || (obs.floor_share.is_some() && point.served < handed * (1.0 - SERVED_NOISE));
+        // Served that grew with its queue is a device with room, or one whose
+        // interval began idle (a burst from idle): no overload then, unless
+        // the capped tenants did not get their caps.
+        let verdict = if short && in_flight_rising && (capped_short || !grew_with_queue) {
+            Verdict::Overloaded
+        } else if obs.capped
+            && !obs.early
+            && (obs.floor_share.is_some() || self.past_target(&point))
+            && in_flight_steady
+        {
+            Verdict::LatencyBound
+        } else if obs.wants_more && !capped_short {
+            Verdict::Room
+        } else {
+            Verdict::Idle
+        };
+        Ok(Some((point, verdict)))
+    }
+
+    fn past_target(&self, point: &CurvePoint) -> bool {
+        self.latency_limit_us()
+            .is_some_and(|limit| point.latency_us > limit)
+    }
+
+    /// Every transition of the phase and the estimate, on a judged interval.
+    fn act(&mut self, verdict: Verdict, mut point: CurvePoint, obs: &Observation) {
+        let before = self.estimate;
+        if let Phase::Draining { level } = self.phase {
+            point.kind = PointKind::Draining;
+            let falling = self
+                .last
+                .is_some_and(|last| point.in_flight < last.in_flight * (1.0 - IN_FLIGHT_NOISE));
+            if verdict == Verdict::Overloaded {
+                // Overloaded again: judged below.
+            } else if falling && obs.floor_share.is_some() {
+                // A floor still waits on a queue that is falling: the drain
+                // goes on.
+                self.record(point, obs);
+                return;
+            } else {
+                // Drained, or the queue is not ours to drain: the level at
+                // once, and a floor still short is judged as any.
+                self.estimate = self.estimate.max(level);
+                self.phase = Phase::Steady { room: 0 };
+            }
+        }
+        match verdict {
+            Verdict::Overloaded => {
+                point.kind = PointKind::Full;
+                self.found_limit();
+                let drain = self.drain_share(&point, obs);
+                self.estimate = point.served * drain;
+                self.phase = if drain < 1.0 {
+                    Phase::Draining {
+                        level: point.served,
+                    }
+                } else {
+                    Phase::Steady { room: 0 }
+                };
+            }
+            Verdict::LatencyBound => {
+                let mut level = self.latency_level(&point, obs);
+                if let Phase::Probing { from, .. } = self.phase {
+                    // The probe raised the latency past what a floor takes:
+                    // back to where it started, at most.
+                    level = level.min(from);
+                }
+                self.found_limit();
+                self.estimate = self.estimate.min(level);
+                self.ceiling = Some((self.estimate, 0));
+                self.phase = Phase::Steady { room: 0 };
+            }
+            Verdict::Room => self.room(&point, obs),
+            Verdict::Idle => {
+                if let Phase::Probing { .. } = self.phase {
+                    self.phase = Phase::Steady { room: 0 };
+                }
+            }
+            Verdict::Unknown => {}
+        }
+        if !obs.early && verdict == Verdict::Room && self.curve.shows_faster(&point) {
+            // The same work waits a quarter less: what bounded the estimate
+            // (a plateau, a ceiling) was a device that is no longer there.
+            self.ceiling = None;
+            self.learning = true;
+            self.curve.forget_all_but_newest();
+        }
+        self.undo = (self.estimate < before).then_some(before);
+        self.record(point, obs);
+    }
+
+    /// Keeps a judged point: the last one for the next judgement, and on
+    /// the curve a whole interval's, or a look's that found the device full
+    /// at a rate below the curve's newest point beyond a look's noise (the soonest
+    /// sign it shrank). A look's stretch is too short to trace the rest of
+    /// the curve: over an eighth of an interval the rig's throttle showed
+    /// 1.2 of the device in a burst, and 0.91 of it full.
+    fn record(&mut self, point: CurvePoint, obs: &Observation) {
+        // A look covers an eighth of an interval or so: what it served is
+        // about three times noisier than an interval's.
+        let shrank = self
+            .curve
+            .newest()
+            .is_some_and(|last| point.served < last.served * (1.0 - 3.0 * SERVED_NOISE));
+        if !obs.early || (point.kind == PointKind::Full && shrank) {
+            self.curve.add(point);
+        }
+        self.last = Some(point);
+    }
+
+    /// A limit was found: the loop knows the device's level now.
+    fn found_limit(&mut self) {
+        self.learning = false;
+    }
+
+    /// The level known good: the plateau found and any ceiling, the lower;
+    /// with neither, the model, or what the device served past it.
+    fn level(&self) -> f64 {
+        let known = match (self.curve.plateau(), self.ceiling) {
+            (Some(plateau), Some((ceiling, _))) => Some(plateau.min(ceiling)),
+            (plateau, ceiling) => plateau.or(ceiling.map(|(c, _)| c)),
+        };
+        known.unwrap_or_else(|| self.model.max(self.curve.most_served()))
+    }
+
+    /// An interval of room: regain the level known, or probe past it.
+    fn room(&mut self, point: &CurvePoint, obs: &Observation) {
+        let level = self.level();
+        if self.estimate < level * (1.0 - 1e-9) {
+            let gap = level - self.estimate;
+            self.estimate = (self.estimate + REGAIN_SHARE * gap)
+                .max(self.estimate * (1.0 + PROBE_STEP))
+                .min(level);
+            if let Phase::Probing { .. } = self.phase {
+                self.phase = Phase::Steady { room: 0 };
+            }
+            return;
+        }
+        match self.phase {
+            Phase::Probing { step, .. } => {
+                // Served what the raise handed out: the raise is kept (a
+                // probe that ends goes back to it). Steps grow only once the
+                // device serves past what is known (the plateau, else the
+                // model); near it they stay small.
+                let known = self
+                    .curve
+                    .plateau()
+                    .unwrap_or(self.model * share_handed_out(obs));
+                let step = if point.served > known * (1.0 + SERVED_NOISE) {
+                    (step * 2.0).min(STEP_MAX)
+                } else {
+                    PROBE_STEP
+                };
+                self.phase = Phase::Probing {
+                    from: self.estimate,
+                    step,
+                };
+                if self.ceiling.is_some_and(|(c, _)| self.estimate > c) {
+                    // Served past a ceiling with every floor met: it no
+                    // longer bounds the device.
+                    self.ceiling = None;
+                }
+                self.estimate *= 1.0 + step;
+            }
+            Phase::Steady { room } => {
+                let room = room + 1;
+                if self.may_probe(room, point, obs) {
+                    self.phase = Phase::Probing {
+                        from: self.estimate,
+                        step: PROBE_STEP,
+                    };
+                    self.estimate *= 1.0 + PROBE_STEP;
+                } else {
+                    self.phase = Phase::Steady { room };
+                }
+            }
+            Phase::Draining { .. } => {}
+        }
+    }
+
+    /// Whether to probe past the level known, after `room` intervals of
+    /// room: only while still learning, at once where the device serves
+    /// past a model it never filled (the model is disproved), else after
+    /// [`PROBE_WAIT`] with no I/O waiting at the device (the curve may
+    /// still rise there, and a probe costs no tenant a queue).
+    fn may_probe(&self, room: u32, point: &CurvePoint, obs: &Observation) -> bool {
+        let disproved = point.served > self.model * share_handed_out(obs) * (1.0 + SERVED_NOISE);
+        let unqueued = self
+            .least_latency_us()
+            .is_some_and(|least| point.in_flight * (1.0 - least / point.latency_us) < 1.0);
+        self.learning && (disproved || (unqueued && room >= PROBE_WAIT))
+    }
+
+    /// How far below what an overload served the estimate goes for one
+    /// interval, as a factor: deep enough to drain the queue past what the
+    /// device holds unqueued within half an interval, never below
+    /// [`DEEPEST_DRAIN`].
+    fn drain_share(&self, point: &CurvePoint, obs: &Observation) -> f64 {
+        let (Some(least), Some(interval)) = (self.least_latency_us(), obs.interval) else {
+            return 1.0;
+        };
+        let rate = point.in_flight / point.latency_us * 1e6;
+        let excess = point.in_flight - rate * least / 1e6;
+        let secs = interval.as_secs_f64();
+        if !(excess > 0.0 && rate > 0.0 && secs > 0.0) {
+            return 1.0;
+        }
+        (1.0 - 2.0 * excess / (rate * secs)).clamp(DEEPEST_DRAIN, 1.0)
+    }
+
+    /// Where the device is held for a floor short by latency. A tenant
+    /// keeping k I/Os in flight gets k ÷ R: at `share` of its floor it needs
+    /// the latency R × share. A device's latency falls faster than its
+    /// served work near its plateau (a queue's wait grows as 1 ÷ (1 − load)),
+    /// so handing out less by half the shortfall lowers it by at least that
+    /// much; repeated while the floor stays short, the steps converge where
+    /// it is met. With the operator's target instead of a tenant, the
+    /// shortfall is the target over the latency.
+    fn latency_level(&self, point: &CurvePoint, obs: &Observation) -> f64 {
+        let share = match (obs.floor_share, self.latency_limit_us()) {
+            (Some(share), _) => share,
+            (None, Some(limit)) => limit / point.latency_us,
+            (None, None) => 1.0,
+        };
+        let share = share.clamp(0.0, 1.0 - PROBE_STEP);
+        self.estimate * (1.0 - (1.0 - share) / 2.0)
+    }
+
+    /// The least the estimate may be: what the floors need, no more than
+    /// the device has shown (the model or the most it served lately), and
+    /// less only on proof.
+    fn guard(&self, obs: &Observation) -> f64 {
+        if !obs.floors_need.is_finite() {
+            return 0.0;
+        }
+        let shown = self
+            .model
+            .max(self.curve.most_served() / share_handed_out(obs));
+        obs.floors_need.max(0.0).min(shown).min(self.proof.limit())
+    }
+
+    fn step_of(&self, obs: &Observation, fault: Option<Fault>) -> CapacityStep {
+        CapacityStep {
+            verdict: self.verdict,
+            phase: self.phase,
+            estimate: self.estimate,
+            level: self.level(),
+            plateau: self.curve.plateau(),
+            learning: self.learning,
+            latency_limit_us: self.latency_limit_us(),
+            latency_us: obs.latency_us,
+            avg_queue: obs.avg_queue,
+            served: obs.served,
+            floors_need: obs.floors_need,
+            capped: obs.capped,
+            capped_shortfall: obs.capped_shortfall,
+            wants_more: obs.wants_more,
+            floor_share: obs.floor_share,
+            departed: obs.departed,
+            early: obs.early,
+            fault,
+        }
+    }
+}
+
+/// The interval as a point of the curve, checked: `Ok(None)` without any
+/// I/O, a [`Fault`] where the figures cannot be a device's.
+fn point_of(obs: &Observation) -> Result<Option<CurvePoint>, Fault> {
+    let served = obs.served;
+    if !served.is_finite() || served < 0.0 {
+        return Err(Fault::Absurd);
+    }
+    let Some(in_flight) = obs.avg_queue else {
+        return if served > 0.0 {
+            Err(Fault::NoDeviceFigures)
+        } else {
+            Ok(None)
+        };
+    };
+    if !in_flight.is_finite() || !(0.0..=1e6).contains(&in_flight) {
+        return Err(Fault::Absurd);
+    }
+    match obs.latency_us {
+        None if served > 0.0 => Err(Fault::DeviceStopped),
+        None => Ok(None),
+        Some(l) if l == 0.0 && served > 0.0 => Err(Fault::NoQueueIntegral),
+        // Under half a microsecond or over a minute an I/O, on average.
+        Some(l) if !(0.5..=60e6).contains(&l) => Err(Fault::Absurd),
+        Some(_) if served == 0.0 => Ok(None),
+        Some(latency_us) => Ok(Some(CurvePoint {
+            in_flight,
+            served,
+            latency_us,
+            handed: 0.0,
+            kind: PointKind::Served,
+            age: 0,
+        })),
+    }
+}
+
+/// The share of the estimate handed out while contended, where the
+/// observation gives a sensible one.
+fn share_handed_out(obs: &Observation) -> f64 {
+    if obs.handed_out > 0.0 && obs.handed_out <= 1.0 {
+        obs.handed_out
+    } else {
+        1.0
+    }
+}
+
+#[cfg(test)]
+mod tests;
