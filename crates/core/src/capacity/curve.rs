@@ -87,7 +87,10 @@ impl Curve {
     pub fn add(&mut self, point: CurvePoint) {
         self.points.retain(|old| !old.contradicted_by(&point));
         if self.points.len() == POINTS {
-            self.points.pop_front();
+            // The oldest point that did not find the device full: the
+            // plateau is kept until it ages out or is contradicted.
+            let oldest = self.points.iter().position(|p| p.kind != PointKind::Full);
+            self.points.remove(oldest.unwrap_or(0));
         }
         self.points.push_back(point);
     }

@@ -41,8 +41,9 @@
 //!   forgets what bounded the estimate; old points age out.
 //! - **Floors are never priced out on a guess.** The estimate never goes
 //!   below what the floors need (at most what the device has shown) unless
-//!   the device proved it cannot serve them: [`PROOF_INTERVALS`] overloads
-//!   in a row, each with a floor it held short.
+//!   the device proved it cannot serve them: [`PROOF_INTERVALS`] whole
+//!   intervals in a row with a floor it held short and less served than
+//!   the floors need.
 //! - **Bad figures hold the estimate** ([`Fault`]): no device figures, a
 //!   device that counts no I/O while tenants are served, a missing queue
 //!   integral, a latency of zero or past any device's.
@@ -82,8 +83,9 @@ const REGAIN_SHARE: f64 = 0.4;
 /// The deepest drain below what an overload served: a queue larger than
 /// this drains over several intervals rather than idling the device.
 const DEEPEST_DRAIN: f64 = 0.7;
-/// Overloads in a row, each with a floor the device held short, before the
-/// estimate may price a floor out: one interval's dip is no proof.
+/// Whole intervals in a row with a floor the device held short and less
+/// served than the floors need, before the estimate may price a floor out:
+/// one interval's dip is no proof.
 pub const PROOF_INTERVALS: usize = 3;
 /// The least a latency target is judged at, as a multiple of the device's
 /// own latency: below it no cap meets the target.
@@ -400,10 +402,11 @@ impl CapacityLoop {
         };
         if let Some((point, verdict)) = point {
             if !obs.early {
-                let short = (verdict == Verdict::Overloaded
-                    && obs.floor_share.is_some()
-                    && point.served / share_handed_out(obs) < obs.floors_need)
-                    .then_some(point.served / share_handed_out(obs));
+                // The device held a floor short while serving less than the
+                // floors need: overloaded, or draining the queue it built.
+                let delivered = point.served / share_handed_out(obs);
+                let short =
+                    (obs.floor_share.is_some() && delivered < obs.floors_need).then_some(delivered);
                 self.proof.record(short);
             }
             self.act(verdict, point, obs);
@@ -473,22 +476,35 @@ impl CapacityLoop {
         let capped_short = obs.capped_shortfall > SERVED_NOISE * handed;
         let short = capped_short
             || (obs.floor_share.is_some() && point.served < handed * (1.0 - SERVED_NOISE));
+        // A probe is kept only if served work rose with it (by half its
+        // step at least) and no floor went short: one that grew the queue
+        // instead found the plateau, and what it served is that.
+        let probe_failed = match (self.phase, self.last) {
+            (Phase::Probing { step, .. }, Some(last)) => {
+                (obs.floor_share.is_some() || capped_short)
+                    || (obs.wants_more
+                        && point.in_flight > last.in_flight * (1.0 + IN_FLIGHT_NOISE)
+                        && point.served < last.served * (1.0 + step / 2.0))
+            }
+            _ => false,
+        };
         // Served that grew with its queue is a device with room, or one whose
         // interval began idle (a burst from idle): no overload then, unless
         // the capped tenants did not get their caps.
-        let verdict = if short && in_flight_rising && (capped_short || !grew_with_queue) {
-            Verdict::Overloaded
-        } else if obs.capped
-            && !obs.early
-            && (obs.floor_share.is_some() || self.past_target(&point))
-            && in_flight_steady
-        {
-            Verdict::LatencyBound
-        } else if obs.wants_more && !capped_short {
-            Verdict::Room
-        } else {
-            Verdict::Idle
-        };
+        let verdict =
+            if probe_failed || (short && in_flight_rising && (capped_short || !grew_with_queue)) {
+                Verdict::Overloaded
+            } else if obs.capped
+                && !obs.early
+                && (obs.floor_share.is_some() || self.past_target(&point))
+                && in_flight_steady
+            {
+                Verdict::LatencyBound
+            } else if obs.wants_more && !capped_short {
+                Verdict::Room
+            } else {
+                Verdict::Idle
+            };
         Ok(Some((point, verdict)))
     }
 
@@ -534,14 +550,7 @@ impl CapacityLoop {
                 };
             }
             Verdict::LatencyBound => {
-                let mut level = self.latency_level(&point, obs);
-                if let Phase::Probing { from, .. } = self.phase {
-                    // The probe raised the latency past what a floor takes:
-                    // back to where it started, at most.
-                    level = level.min(from);
-                }
-                self.found_limit();
-                self.estimate = self.estimate.min(level);
+                self.estimate = self.estimate.min(self.latency_level(&point, obs));
                 self.ceiling = Some((self.estimate, 0));
                 self.phase = Phase::Steady { room: 0 };
             }
