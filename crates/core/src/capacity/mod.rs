@@ -488,6 +488,11 @@ impl CapacityLoop {
             }
             _ => false,
         };
+        // A queue that is falling is the last step down (or the end of a
+        // burst) taking hold: no reason for a step down on latency.
+        let queue_falling = self
+            .last
+            .is_some_and(|last| point.in_flight < last.in_flight * (1.0 - SERVED_NOISE));
         // Served that grew with its queue is a device with room, or one whose
         // interval began idle (a burst from idle): no overload then, unless
         // the capped tenants did not get their caps.
@@ -497,7 +502,7 @@ impl CapacityLoop {
             } else if obs.capped
                 && !obs.early
                 && (obs.floor_share.is_some() || self.past_target(&point))
-                && in_flight_steady
+                && !queue_falling
             {
                 Verdict::LatencyBound
             } else if obs.wants_more && !capped_short {
