@@ -269,6 +269,7 @@ struct DeviceSeries {
     utilisation: Family<DeviceLabels, GaugeF>,
     queue: Family<DeviceLabels, GaugeF>,
     capacity: Family<DeviceLabels, GaugeF>,
+    plateau: Family<DeviceLabels, GaugeF>,
     latency: Family<DeviceLabels, GaugeF>,
     floors_feasible: Family<DeviceLabels, GaugeF>,
     contended: Family<DeviceLabels, GaugeF>,
@@ -296,6 +297,11 @@ impl DeviceSeries {
             self.capacity.clone(),
         );
         r.register(
+            "iofloor_device_capacity_plateau_cost",
+            "The plateau of the device's curve of served work against I/Os in flight: the most an interval that found it full served, in cost units per second; absent while none has",
+            self.plateau.clone(),
+        );
+        r.register(
             "iofloor_device_latency_seconds",
             "Mean time an I/O spent at the device (diskstats, Little's law)",
             self.latency.clone(),
@@ -317,12 +323,12 @@ impl DeviceSeries {
         );
         r.register(
             "iofloor_device_latency_threshold_seconds",
-            "Mean device latency above which the policy counts the device as overloaded: latency_target, raised to 1.25 x the device's service time when below it, or the automatic threshold",
+            "Mean device latency the policy holds the device under: latency_target, raised to 1.25 x the device's least latency when below it; absent without a target",
             self.latency_threshold.clone(),
         );
         r.register(
             "iofloor_device_latency_target_in_reach",
-            "1 if latency_target is at least 1.25 x the device's service time (its lowest mean latency of the last minute at 4 I/Os in flight or fewer); 0 when no cap can meet it; absent without a target",
+            "1 if latency_target is at least 1.25 x the device's least latency (the least on its curve); 0 when no cap can meet it; absent without a target",
             self.target_in_reach.clone(),
         );
         r.register(
@@ -340,6 +346,10 @@ impl DeviceSeries {
             (&self.utilisation, state.utilisation),
             (&self.queue, state.avg_queue),
             (&self.capacity, state.capacity_estimate),
+            (
+                &self.plateau,
+                state.capacity_step.and_then(|step| step.plateau),
+            ),
             (&self.latency, state.latency_us.map(|us| us / 1e6)),
             (&self.floors_feasible, state.floors_feasible.map(flag)),
             (&self.floor_shortfall, state.floor_shortfall),

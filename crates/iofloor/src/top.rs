@@ -160,20 +160,62 @@ fn row(t: &TenantView) -> [String; 10] {
     ]
 }
 
+/// The learned capacity beside what it was learned from: the estimate, the
+/// curve's plateau, the last verdict and the curve's last points (I/Os in
+/// flight → work served, `*` where the device was found full).
+fn capacity_text(d: &iofloor_daemon::view::DeviceState) -> String {
+    let Some(step) = &d.capacity_step else {
+        return String::new();
+    };
+    let verdict = serde_json::to_value(step.verdict)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let plateau = step
+        .plateau
+        .map(|p| format!(" plateau {p:.2}"))
+        .unwrap_or_default();
+    let curve: Vec<String> = d
+        .capacity_curve
+        .iter()
+        .rev()
+        .take(4)
+        .rev()
+        .map(|p| {
+            let full = if p.kind == iofloor_core::capacity::PointKind::Full {
+                "*"
+            } else {
+                ""
+            };
+            format!("{:.1}→{:.2}{full}", p.in_flight, p.served)
+        })
+        .collect();
+    let fault = step
+        .fault
+        .map(|f| format!(" (held: {f})"))
+        .unwrap_or_default();
+    format!(
+        " capacity {:.2}{plateau} {verdict}{fault} curve {}",
+        step.estimate,
+        curve.join(" ")
+    )
+}
+
 fn status_line(s: &Status) -> String {
     let devices: Vec<String> = s
         .devices
         .iter()
         .map(|d| {
             format!(
-                "{} util {} queue {}",
+                "{} util {} queue {}{}",
                 d.device,
                 d.utilisation
                     .map(|u| format!("{:.0}%", u * 100.0))
                     .unwrap_or_else(|| "-".into()),
                 d.avg_queue
                     .map(|q| format!("{q:.1}"))
-                    .unwrap_or_else(|| "-".into())
+                    .unwrap_or_else(|| "-".into()),
+                capacity_text(d)
             )
         })
         .collect();

@@ -44,7 +44,8 @@ pub struct CurvePoint {
 impl CurvePoint {
     /// Whether `new` shows this older point to be from a device that has
     /// since changed. A full point's served is the most the device gave at
-    /// any queue: served past it beyond noise means the device grew, a new
+    /// any queue: served past it beyond noise (within what was handed out)
+    /// means the device grew, a new
     /// full point below it that it shrank. Any other point is contradicted
     /// by one that served more with clearly fewer in flight (faster since),
     /// by the same work with clearly more in flight at no less handed out
@@ -56,12 +57,16 @@ impl CurvePoint {
         let more = |a: f64, b: f64| a > b * (1.0 + SERVED_NOISE);
         let fewer = |a: f64, b: f64| a * (1.0 + IN_FLIGHT_NOISE) < b;
         let new_full = new.kind == PointKind::Full;
+        // Served past what was handed out is a backlog let through (a
+        // throttle's burst allowance after a lull, a tenant's catch-up): no
+        // sign the device grew.
+        let grew = more(new.served, self.served) && !more(new.served, new.handed);
         if self.kind == PointKind::Full {
-            return more(new.served, self.served) || (new_full && more(self.served, new.served));
+            return grew || (new_full && more(self.served, new.served));
         }
         let same_work = !more(new.served, self.served) && !more(self.served, new.served);
         (new_full && more(self.served, new.served) && self.in_flight <= new.in_flight)
-            || (more(new.served, self.served) && fewer(new.in_flight, self.in_flight))
+            || (grew && fewer(new.in_flight, self.in_flight))
             || (same_work
                 && !new_full
                 && fewer(self.in_flight, new.in_flight)

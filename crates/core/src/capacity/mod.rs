@@ -2,43 +2,41 @@
 //! it served against the I/Os it had in flight, instead of trusted from the
 //! cost model.
 //!
-//! One model covers every device shape. Each interval (and each look between
-//! intervals) gives a point: work served X and mean I/Os in flight N (the
-//! device's queue integral; Little's law, N = X·R, gives the latency R). The
-//! points trace the device's curve X(N) ([`Curve`]): rising while more in
-//! flight brings more served, flat at its **plateau**, the most it can
-//! serve. A busy device is not a full one: a FIFO path, a rate-limited
-//! volume or a throttled array port waits longer as its load grows long
-//! before it is full, and that is no reason to hand out less.
+//! One model covers every device shape. Each whole interval gives a point:
+//! work served X and mean I/Os in flight N (the device's queue integral;
+//! Little's law, N = X·R, gives the latency R). The points trace the
+//! device's curve X(N) ([`Curve`]): rising while more in flight brings more
+//! served, flat at its **plateau**, the most it can serve. A busy device is
+//! not a full one: a FIFO path, a rate-limited volume or a throttled array
+//! port waits longer as its load grows long before it is full, and that is
+//! no reason to hand out less.
 //!
-//! - **Overload** is in-flight rising (or holding) while served work does
-//!   not, with the device short of what we allowed: a tenant our caps hold
-//!   got less than its cap (or, with nobody capped, a floor went short)
-//!   and less was served than handed out. The estimate becomes what was
-//!   served, the point is the plateau, and a queue past what the device
-//!   holds unqueued is drained by a cut for one interval (PARDA's rule, at
-//!   most 30 %). Served work that grew with its queue is no overload,
-//!   however far the latency rose.
+//! - **Overload** is in flight rising (or held with I/Os waiting) while
+//!   served work does not, with the device short of what we allowed: the
+//!   capped tenants got materially less than their caps, or a floor went
+//!   short with less served than handed out. The estimate becomes what was
+//!   served, the point the plateau, and the queue past what the device holds
+//!   unqueued is drained by a cut for one interval (at most 30 %). Served
+//!   work that grew with its queue is no overload, however far the latency
+//!   rose.
 //! - **Latency, not capacity.** A protected tenant short of its floor with
-//!   no cap of ours on it, while every capped tenant got its cap, lives on
-//!   latency: keeping k I/Os in flight it gets k ÷ R, so it needs the device
-//!   at R × use ÷ floor (Little's law per tenant). The device is held at the
-//!   most the curve served at that latency (or half the shortfall lower
-//!   when the curve has no such point), that level becomes a ceiling, and
-//!   the rest is handed out. An operator's `latency_target` is the same
-//!   limit, set by hand.
+//!   no cap of ours on it, while the capped tenants got their caps, lives on
+//!   latency: keeping k I/Os in flight it gets k ÷ R, so at a share s of its
+//!   floor it needs R·s (Little's law per tenant). The device is stepped down
+//!   by half the shortfall, a ceiling for the estimate, and the rest is
+//!   handed out. An operator's `latency_target` is the same limit, set by
+//!   hand.
 //! - **Up is the same model** (BBR: probe, keep what was delivered). Below
 //!   the level known good (the plateau, a ceiling, or the model before
-//!   anything is known) the estimate regains it fast. Past it, it probes by
-//!   1 % an interval, doubling while the device serves what it is handed
-//!   and has shown more than was known: at once where the point shows no
-//!   queue (the curve still rises there) or the model is already disproved,
-//!   otherwise after a wait that doubles each time a probe finds the level
-//!   again. A probe ends on an overload or a floor short by latency.
-//! - **A changed device is relearned.** Points that a new one contradicts
-//!   (more served at the same queue, or less at a longer one) are dropped;
-//!   the same work at a quarter less latency shows a faster device and
-//!   forgets what bounded the estimate; old points age out.
+//!   anything is known) the estimate regains it. Past it the loop probes
+//!   only while learning (until a first limit, and after the device showed
+//!   itself faster): by 1 % an interval, doubling once served passes what
+//!   was known, kept only while served follows and no floor goes short.
+//!   Once a limit is known it is not probed into: each probe into a full
+//!   device costs the tenants that live on latency their p99.
+//! - **A changed device is relearned.** Points a new one contradicts are
+//!   dropped; the same work at a quarter less latency shows a faster device
+//!   and forgets what bounded the estimate; old points age out.
 //! - **Floors are never priced out on a guess.** The estimate never goes
 //!   below what the floors need (at most what the device has shown) unless
 //!   the device proved it cannot serve them: [`PROOF_INTERVALS`] whole
@@ -48,8 +46,8 @@
 //!   device that counts no I/O while tenants are served, a missing queue
 //!   integral, a latency of zero or past any device's.
 //!
-//! The history of what was tried before this model and why it was replaced
-//! is in docs/policies.md, "Closed-loop capacity".
+//! docs/policies.md, "Closed-loop capacity", has the model with its
+//! figures; docs/design/capacity-history.md the loop it replaced.
 
 mod curve;
 
@@ -469,11 +467,13 @@ impl CapacityLoop {
                 || (waiting && in_flight_steady)
         });
         // Short of what we allowed: the capped tenants got materially less
-        // than their caps, or a floor went short with less served than was
-        // handed out. On a FIFO path a full device shows first in the
+        // than their caps at a queue, or a floor went short with less served
+        // than was handed out. On a FIFO path a full device shows first in the
         // tenants with few I/Os in flight; those with many still get their
         // caps.
-        let capped_short = obs.capped_shortfall > SERVED_NOISE * handed;
+        // Capped tenants short of their caps show the device's limit only
+        // with I/Os waiting at it: otherwise their own depth held them.
+        let capped_short = obs.capped_shortfall > SERVED_NOISE * handed && waiting;
         let short = capped_short
             || (obs.floor_share.is_some() && point.served < handed * (1.0 - SERVED_NOISE));
         // A probe is kept only if served work rose with it (by half its
@@ -653,7 +653,7 @@ impl CapacityLoop {
             }
             Phase::Steady { room } => {
                 let room = room + 1;
-                if self.may_probe(room, point, obs) {
+                if self.may_probe(room, point) {
                     self.phase = Phase::Probing {
                         from: self.estimate,
                         step: PROBE_STEP,
@@ -672,8 +672,8 @@ impl CapacityLoop {
     /// past a model it never filled (the model is disproved), else after
     /// [`PROBE_WAIT`] with no I/O waiting at the device (the curve may
     /// still rise there, and a probe costs no tenant a queue).
-    fn may_probe(&self, room: u32, point: &CurvePoint, obs: &Observation) -> bool {
-        let disproved = point.served > self.model * share_handed_out(obs) * (1.0 + SERVED_NOISE);
+    fn may_probe(&self, room: u32, point: &CurvePoint) -> bool {
+        let disproved = point.served > self.model * (1.0 + SERVED_NOISE);
         let unqueued = self
             .least_latency_us()
             .is_some_and(|least| point.in_flight * (1.0 - least / point.latency_us) < 1.0);

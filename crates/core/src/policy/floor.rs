@@ -111,7 +111,7 @@ impl Default for FloorParams {
             class_priority: true,
             latency_factor: 2.0,
             latency_target: None,
-            capacity_max: 4.0,
+            capacity_max: 16.0,
         }
     }
 }

@@ -558,7 +558,7 @@ impl DeviceLoop {
                 Some(false) => warn!(
                     device = %self.config.name,
                     judged_at_us = threshold_us,
-                    "latency_target is below 1.25 x this device's service time (its lowest mean latency of the last minute with at most 4 I/Os in flight): no cap can meet it, so overload is judged at that and floors are kept"
+                    "latency_target is below 1.25 x this device's least latency (the least on its curve of the last two minutes): no cap can meet it, so the device is held under that instead"
                 ),
                 Some(true) if state.latency_target_in_reach.is_some() => {
                     info!(device = %self.config.name, "latency_target is within the device's reach again")
