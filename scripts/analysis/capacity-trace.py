@@ -36,7 +36,7 @@ def main():
     trace = run.get("capacity_trace") or []
     if not trace:
         sys.exit(f"{path}: no capacity_trace (a policy that does not learn capacity?)")
-    print("     t e verdict        phase     estim  level plateau lrn latency_us  queue served  need  share flags")
+    print("     t e verdict        phase     estim  level plateau learn latency_us  queue served  need  share flags")
     for entry in trace:
         t = entry["t"]
         if not lo <= t <= hi:
@@ -49,7 +49,7 @@ def main():
             flags += " fault=" + s["fault"]
         print(f"{t:6.2f} {'e' if s.get('early') else ' '} {s['verdict']:<14} {phase:<9}"
               f" {s['estimate']:5.3f}  {s['level']:5.3f}  {num(s.get('plateau'), '5.3f'):>6}"
-              f" {' L' if s.get('learning') else '  ':>4} {num(s.get('latency_us'), '10.0f')} {num(s.get('avg_queue'), '6.2f')}"
+              f" {(s.get('learning') or '-')[:5]:>5} {num(s.get('latency_us'), '10.0f')} {num(s.get('avg_queue'), '6.2f')}"
               f"  {s['served']:5.3f} {s['floors_need']:5.3f}  {num(s.get('floor_share'), '4.2f'):>5}"
               f" {flags}")
 

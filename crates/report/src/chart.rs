@@ -334,3 +334,69 @@ fn capacity_chart(run: &RunRecord) -> ChartResult {
     }
     Ok(svg)
 }
+
+/// The device's curve as the capacity loop traced it: work served against
+/// I/Os in flight at each decision (a whole interval, or a look's stretch),
+/// those that found the device full apart: where the curve flattens is its
+/// plateau (docs/policies.md#closed-loop-capacity). `None` for a run whose
+/// policy learns no capacity.
+pub fn curve(run: &RunRecord) -> Option<ChartResult> {
+    (!run.capacity_trace.is_empty()).then(|| curve_chart(run, &run.capacity_trace))
+}
+
+fn curve_chart(run: &RunRecord, trace: &[crate::record::CapacityTraceEntry]) -> ChartResult {
+    use iofloor_core::capacity::Verdict;
+    register_font();
+    let points: Vec<(f64, f64, bool)> = trace
+        .iter()
+        .filter_map(|e| {
+            let n = e.step.avg_queue?;
+            (n.is_finite() && e.step.served.is_finite() && e.step.served > 0.0).then_some((
+                n,
+                e.step.served,
+                e.step.verdict == Verdict::Overloaded,
+            ))
+        })
+        .collect();
+    let right = points.iter().map(|p| p.0).fold(1.0f64, f64::max);
+    let top = points.iter().map(|p| p.1).fold(0.1f64, f64::max);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "{} / {}: served against in flight",
+                    run.scenario, run.policy
+                ),
+                ("sans-serif", 18),
+            )
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d((0.0..right * 1.05).log_scale(), 0.0..top * 1.15)?;
+        chart
+            .configure_mesh()
+            .x_desc("I/Os in flight (mean)")
+            .y_desc("served (x the model's capacity)")
+            .draw()?;
+        for (full, color, label) in [
+            (false, palette(0), "interval"),
+            (true, palette(3), "found full"),
+        ] {
+            chart
+                .draw_series(
+                    points
+                        .iter()
+                        .filter(|p| p.2 == full)
+                        .map(|p| Circle::new((p.0.max(1e-3), p.1), 3, color.filled())),
+                )?
+                .label(label)
+                .legend(move |(x, y)| Circle::new((x + 7, y), 3, color.filled()));
+        }
+        legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+        root.present()?;
+    }
+    Ok(svg)
+}

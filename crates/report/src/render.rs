@@ -403,6 +403,7 @@ pub fn html(runs: &[RunRecord]) -> Result<String, ReportError> {
         ]
         .into_iter()
         .chain(chart::capacity(r))
+        .chain(chart::curve(r))
         {
             s.push_str(&svg?);
         }
@@ -442,6 +443,7 @@ fn render_dir(dir: &Path, runs: &[RunRecord]) -> Result<Written, ReportError> {
         ]
         .into_iter()
         .chain(chart::capacity(r).map(|svg| ("capacity", svg)))
+        .chain(chart::curve(r).map(|svg| ("curve", svg)))
         {
             let p = charts.join(format!("{}-{kind}.svg", r.policy));
             std::fs::write(&p, svg?).map_err(io_err(&p))?;

@@ -17,8 +17,9 @@ const POINTS: usize = 64;
 pub enum PointKind {
     /// The device was the limit: more in flight, no more served.
     Full,
-    /// Right after a full one, while the queue it built drains: its latency
-    /// says nothing about the device's own.
+    /// Right after a full one, while the queue it built drains, or with a
+    /// floor short by latency while the loop brings the queue down: its
+    /// latency says nothing of the device unloaded.
     Draining,
     /// Anything else: the device served what was asked of it.
     Served,
@@ -36,12 +37,30 @@ pub struct CurvePoint {
     /// What the policy handed out, cost units per second: a device held
     /// below what it can do queues far less than one handed a hair more.
     pub handed: f64,
+    /// A tenant was held by a cap of ours: what was served past `handed`
+    /// then is a backlog let through, not the device.
+    pub capped: bool,
     pub kind: PointKind,
     /// Intervals since the point was taken.
     pub age: u32,
 }
 
 impl CurvePoint {
+    /// What the point shows the device served: past what was handed out
+    /// with tenants capped, only what was handed out (a throttle's burst
+    /// allowance after a lull, a tenant catching up).
+    fn shown(&self) -> f64 {
+        if self.capped {
+            self.served.min(self.handed * (1.0 + SERVED_NOISE))
+        } else {
+            self.served
+        }
+    }
+
+    fn within_handed(&self) -> bool {
+        self.shown() >= self.served
+    }
+
     /// Whether `new` shows this older point to be from a device that has
     /// since changed. A full point's served is the most the device gave at
     /// any queue: served past it beyond noise (within what was handed out)
@@ -60,7 +79,7 @@ impl CurvePoint {
         // Served past what was handed out is a backlog let through (a
         // throttle's burst allowance after a lull, a tenant's catch-up): no
         // sign the device grew.
-        let grew = more(new.served, self.served) && !more(new.served, new.handed);
+        let grew = more(new.served, self.served) && new.within_handed();
         if self.kind == PointKind::Full {
             return grew || (new_full && more(self.served, new.served));
         }
@@ -138,9 +157,12 @@ impl Curve {
         self.points.iter().map(|p| p.latency_us).reduce(f64::min)
     }
 
-    /// The most served in any remembered point.
+    /// The most any remembered point shows the device served.
     pub fn most_served(&self) -> f64 {
-        self.points.iter().map(|p| p.served).fold(0.0, f64::max)
+        self.points
+            .iter()
+            .map(CurvePoint::shown)
+            .fold(0.0, f64::max)
     }
 
     /// Forgets the newest point if it found the device full: it came from
@@ -188,6 +210,7 @@ mod tests {
             served,
             latency_us: in_flight / served,
             handed: served,
+            capped: true,
             kind,
             age: 0,
         }

@@ -71,10 +71,6 @@ const PROBE_STEP: f64 = 0.01;
 /// The largest step, once the device has served past what was known: BBR's
 /// startup gain, which finds a 3x pessimistic model in about ten intervals.
 const STEP_MAX: f64 = 0.25;
-/// Intervals of room with no I/O waiting at the device before a probe past
-/// the model while the loop is still learning: a pessimistic model is
-/// doubted within seconds.
-const PROBE_WAIT: u32 = 8;
 /// Share of the gap to the level known good closed per interval of room:
 /// most of the way at once, without overshooting a level that moved.
 const REGAIN_SHARE: f64 = 0.4;
@@ -178,14 +174,26 @@ impl std::fmt::Display for Fault {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "phase")]
 pub enum Phase {
-    /// At the estimate, or regaining the level known good; `room` counts
-    /// intervals of room since the estimate last moved down.
-    Steady { room: u32 },
+    /// At the estimate, or regaining the level known good.
+    Steady,
     /// Raised past the level known, from `from`, by `step` last; kept while
     /// the device serves what is handed out.
     Probing { from: f64, step: f64 },
     /// Cut below `level`, what an overload served, while its queue drains.
     Draining { level: f64 },
+}
+
+/// What the loop is still learning of the device's level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Learning {
+    /// Since the start, no limit found: the model holds until the device
+    /// serves past it.
+    Start,
+    /// The device showed itself faster: what bounded it is forgotten.
+    Faster,
+    /// A limit was found: it holds until forgotten.
+    Known,
 }
 
 /// One interval as the loop judged it, for traces, the status API and logs.
@@ -199,8 +207,8 @@ pub struct CapacityStep {
     pub level: f64,
     /// The curve's plateau, where an overload has found one.
     pub plateau: Option<f64>,
-    /// Still learning where the device's level is: probes allowed.
-    pub learning: bool,
+    /// What the loop is still learning, if anything.
+    pub learning: Learning,
     /// The latency the device is held under (µs): the operator's target as
     /// judged, where one is set.
     pub latency_limit_us: Option<f64>,
@@ -275,11 +283,11 @@ pub struct CapacityLoop {
     /// it (a floor held short by latency there, or a level resumed from
     /// another allocator), and its age.
     ceiling: Option<(f64, u32)>,
-    /// No limit found yet (since the start, or since the device showed
-    /// itself faster): probes past the level known are allowed. Once one is
-    /// found, the level holds until it is forgotten: a probe into a full
-    /// device costs the tenants that live on latency their p99.
-    learning: bool,
+    /// What the loop is still learning, if anything: probes past the level
+    /// known are allowed then. Once a limit is found, the level holds until
+    /// it is forgotten: a probe into a full device costs the tenants that
+    /// live on latency their p99.
+    learning: Learning,
     proof: Proof,
     /// The point judged last: whether in-flight rose is asked against it.
     last: Option<CurvePoint>,
@@ -297,10 +305,10 @@ impl CapacityLoop {
             settings,
             model,
             estimate: model,
-            phase: Phase::Steady { room: 0 },
+            phase: Phase::Steady,
             curve: Curve::default(),
             ceiling: None,
-            learning: true,
+            learning: Learning::Start,
             proof: Proof::default(),
             last: None,
             undo: None,
@@ -338,8 +346,8 @@ impl CapacityLoop {
         let (low, high) = self.bounds();
         self.estimate = estimate.clamp(low, high);
         self.ceiling = Some((self.estimate, 0));
-        self.learning = false;
-        self.phase = Phase::Steady { room: 0 };
+        self.learning = Learning::Known;
+        self.phase = Phase::Steady;
     }
 
     fn bounds(&self) -> (f64, f64) {
@@ -431,7 +439,7 @@ impl CapacityLoop {
         if let Some(before) = self.undo.take() {
             if obs.departed && self.proof.limit().is_infinite() {
                 self.estimate = before;
-                self.phase = Phase::Steady { room: 0 };
+                self.phase = Phase::Steady;
                 self.curve.forget_newest_full();
             }
         }
@@ -537,7 +545,7 @@ impl CapacityLoop {
                 // Drained, or the queue is not ours to drain: the level at
                 // once, and a floor still short is judged as any.
                 self.estimate = self.estimate.max(level);
-                self.phase = Phase::Steady { room: 0 };
+                self.phase = Phase::Steady;
             }
         }
         match verdict {
@@ -551,18 +559,19 @@ impl CapacityLoop {
                         level: point.served,
                     }
                 } else {
-                    Phase::Steady { room: 0 }
+                    Phase::Steady
                 };
             }
             Verdict::LatencyBound => {
+                point.kind = PointKind::Draining;
                 self.estimate = self.estimate.min(self.latency_level(&point, obs));
                 self.ceiling = Some((self.estimate, 0));
-                self.phase = Phase::Steady { room: 0 };
+                self.phase = Phase::Steady;
             }
             Verdict::Room => self.room(&point, obs),
             Verdict::Idle => {
                 if let Phase::Probing { .. } = self.phase {
-                    self.phase = Phase::Steady { room: 0 };
+                    self.phase = Phase::Steady;
                 }
             }
             Verdict::Unknown => {}
@@ -571,7 +580,7 @@ impl CapacityLoop {
             // The same work waits a quarter less: what bounded the estimate
             // (a plateau, a ceiling) was a device that is no longer there.
             self.ceiling = None;
-            self.learning = true;
+            self.learning = Learning::Faster;
             self.curve.forget_all_but_newest();
         }
         self.undo = (self.estimate < before).then_some(before);
@@ -599,7 +608,7 @@ impl CapacityLoop {
 
     /// A limit was found: the loop knows the device's level now.
     fn found_limit(&mut self) {
-        self.learning = false;
+        self.learning = Learning::Known;
     }
 
     /// The level known good: the plateau found and any ceiling, the lower;
@@ -621,7 +630,7 @@ impl CapacityLoop {
                 .max(self.estimate * (1.0 + PROBE_STEP))
                 .min(level);
             if let Phase::Probing { .. } = self.phase {
-                self.phase = Phase::Steady { room: 0 };
+                self.phase = Phase::Steady;
             }
             return;
         }
@@ -651,33 +660,33 @@ impl CapacityLoop {
                 }
                 self.estimate *= 1.0 + step;
             }
-            Phase::Steady { room } => {
-                let room = room + 1;
-                if self.may_probe(room, point) {
+            Phase::Steady => {
+                if self.may_probe(point) {
                     self.phase = Phase::Probing {
                         from: self.estimate,
                         step: PROBE_STEP,
                     };
                     self.estimate *= 1.0 + PROBE_STEP;
-                } else {
-                    self.phase = Phase::Steady { room };
                 }
             }
             Phase::Draining { .. } => {}
         }
     }
 
-    /// Whether to probe past the level known, after `room` intervals of
-    /// room: only while still learning, at once where the device serves
-    /// past a model it never filled (the model is disproved), else after
-    /// [`PROBE_WAIT`] with no I/O waiting at the device (the curve may
-    /// still rise there, and a probe costs no tenant a queue).
-    fn may_probe(&self, room: u32, point: &CurvePoint) -> bool {
-        let disproved = point.served > self.model * (1.0 + SERVED_NOISE);
-        let unqueued = self
-            .least_latency_us()
-            .is_some_and(|least| point.in_flight * (1.0 - least / point.latency_us) < 1.0);
-        self.learning && (disproved || (unqueued && room >= PROBE_WAIT))
+    /// Whether to probe past the level known: only while still learning.
+    /// From the start, only where the device served past a model it never
+    /// filled (the model is disproved): a device at its plateau shows
+    /// nothing else that tells it from one with room (parallel queues
+    /// answer at their own latency up to their last slot; the simulator's
+    /// `backup`, probed at its right model, missed a floor for it). After
+    /// the device showed itself faster, at once: how much faster is not
+    /// known.
+    fn may_probe(&self, point: &CurvePoint) -> bool {
+        match self.learning {
+            Learning::Start => point.served > self.model * (1.0 + SERVED_NOISE),
+            Learning::Faster => true,
+            Learning::Known => false,
+        }
     }
 
     /// How far below what an overload served the estimate goes for one
@@ -781,6 +790,7 @@ fn point_of(obs: &Observation) -> Result<Option<CurvePoint>, Fault> {
             served,
             latency_us,
             handed: 0.0,
+            capped: obs.capped,
             kind: PointKind::Served,
             age: 0,
         })),
