@@ -93,10 +93,15 @@ impl CurvePoint {
     }
 }
 
-/// The recent points, newest last.
+/// The recent points, newest last, and what the device delivered in the
+/// memory's whole intervals, which a point that contradicts them does not
+/// erase (BBR's windowed maximum of the delivery rate).
 #[derive(Debug, Clone, Default)]
 pub struct Curve {
     points: VecDeque<CurvePoint>,
+    /// What each whole interval of the memory showed the device served,
+    /// and its age, newest last.
+    delivered: VecDeque<(f64, u32)>,
 }
 
 impl Curve {
@@ -109,6 +114,7 @@ impl Curve {
     /// that served less than this one at as many in flight. The newer wins,
     /// since a device changes and noise does not pass these margins.
     pub fn add(&mut self, point: CurvePoint) {
+        self.delivered.push_back((point.shown(), point.age));
         self.points.retain(|old| !old.contradicted_by(&point));
         if self.points.len() == POINTS {
             // The oldest point that did not find the device full: the
@@ -130,6 +136,16 @@ impl Curve {
             p.age = p.age.saturating_add(1);
         }
         self.points.retain(|p| p.age <= MEMORY_INTERVALS);
+        for d in &mut self.delivered {
+            d.1 = d.1.saturating_add(1);
+        }
+        self.delivered.retain(|d| d.1 <= MEMORY_INTERVALS);
+    }
+
+    /// The most the device delivered in a whole interval of the memory,
+    /// whatever it does now: where a device that got faster may be back to.
+    pub fn most_delivered(&self) -> f64 {
+        self.delivered.iter().map(|d| d.0).fold(0.0, f64::max)
     }
 
     /// Forgets every point but the newest: the device got faster, so what
@@ -177,13 +193,15 @@ impl Curve {
         }
     }
 
-    /// Whether `new` waits at least [`IN_FLIGHT_NOISE`] less than any
-    /// remembered point that served no more than it did with no more handed
-    /// out (none of them a full one's queue): the same work in fewer I/Os in
-    /// flight, so the device got faster (a neighbour left, a slow phase
-    /// ended). Less handed out queues less on any device, and less served
-    /// waits less, so only such points compare; three at least, so one
-    /// quiet interval is no evidence.
+    /// Whether `new` did the same work with at least [`IN_FLIGHT_NOISE`]
+    /// fewer I/Os in flight than any remembered point that served no more
+    /// than it did with no more handed out (none of them a full one's
+    /// queue): the curve moved left, the device got faster (a neighbour
+    /// left, a slow phase ended). Less handed out queues less on any
+    /// device, and less served takes fewer in flight, so only such points
+    /// compare; three at least, so one quiet interval is no evidence. In
+    /// flight rather than latency: a load beside ours on this host (a
+    /// backup) counts in both, and its in flight falls further.
     pub fn shows_faster(&self, new: &CurvePoint) -> bool {
         let comparable: Vec<f64> = self
             .points
@@ -193,10 +211,10 @@ impl Curve {
                     && p.handed <= new.handed * (1.0 + SERVED_NOISE)
                     && p.served <= new.served * (1.0 + SERVED_NOISE)
             })
-            .map(|p| p.latency_us)
+            .map(|p| p.in_flight)
             .collect();
         let least = comparable.iter().copied().fold(f64::INFINITY, f64::min);
-        comparable.len() >= 3 && new.latency_us <= least * (1.0 - IN_FLIGHT_NOISE)
+        comparable.len() >= 3 && new.in_flight <= least * (1.0 - IN_FLIGHT_NOISE)
     }
 }
 

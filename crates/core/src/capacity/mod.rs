@@ -469,11 +469,11 @@ impl CapacityLoop {
         let in_flight_steady = self
             .last
             .is_none_or(|last| point.in_flight >= last.in_flight * (1.0 - IN_FLIGHT_NOISE));
-        let in_flight_rising = self.last.is_none_or(|last| {
-            (point.in_flight > last.in_flight * (1.0 + IN_FLIGHT_NOISE)
-                && point.in_flight >= last.in_flight + 1.0)
-                || (waiting && in_flight_steady)
+        let rose = self.last.is_some_and(|last| {
+            point.in_flight > last.in_flight * (1.0 + IN_FLIGHT_NOISE)
+                && point.in_flight >= last.in_flight + 1.0
         });
+        let in_flight_rising = self.last.is_none() || rose || (waiting && in_flight_steady);
         // Short of what we allowed: the capped tenants got materially less
         // than their caps at a queue, or a floor went short with less served
         // than was handed out. On a FIFO path a full device shows first in the
@@ -504,20 +504,26 @@ impl CapacityLoop {
         // Served that grew with its queue is a device with room, or one whose
         // interval began idle (a burst from idle): no overload then, unless
         // the capped tenants did not get their caps.
-        let verdict =
-            if probe_failed || (short && in_flight_rising && (capped_short || !grew_with_queue)) {
-                Verdict::Overloaded
-            } else if obs.capped
-                && !obs.early
-                && (obs.floor_share.is_some() || self.past_target(&point))
-                && !queue_falling
-            {
-                Verdict::LatencyBound
-            } else if obs.wants_more && !capped_short {
-                Verdict::Room
-            } else {
-                Verdict::Idle
-            };
+        // A queue that grew at a device serving no more is its plateau,
+        // whether or not a floor shows it yet (an uncapped tenant filling
+        // a device slower than its model).
+        let full = rose && waiting && !grew_with_queue;
+        let verdict = if probe_failed
+            || full
+            || (short && in_flight_rising && (capped_short || !grew_with_queue))
+        {
+            Verdict::Overloaded
+        } else if obs.capped
+            && !obs.early
+            && (obs.floor_share.is_some() || self.past_target(&point))
+            && !queue_falling
+        {
+            Verdict::LatencyBound
+        } else if obs.wants_more && !capped_short {
+            Verdict::Room
+        } else {
+            Verdict::Idle
+        };
         Ok(Some((point, verdict)))
     }
 
@@ -568,7 +574,7 @@ impl CapacityLoop {
                 self.ceiling = Some((self.estimate, 0));
                 self.phase = Phase::Steady;
             }
-            Verdict::Room => self.room(&point, obs),
+            Verdict::Room => self.room(&point),
             Verdict::Idle => {
                 if let Phase::Probing { .. } = self.phase {
                     self.phase = Phase::Steady;
@@ -612,17 +618,23 @@ impl CapacityLoop {
     }
 
     /// The level known good: the plateau found and any ceiling, the lower;
-    /// with neither, the model, or what the device served past it.
+    /// with neither, the model or what the device served past it (after the
+    /// device showed itself faster, the most it delivered lately).
     fn level(&self) -> f64 {
         let known = match (self.curve.plateau(), self.ceiling) {
             (Some(plateau), Some((ceiling, _))) => Some(plateau.min(ceiling)),
             (plateau, ceiling) => plateau.or(ceiling.map(|(c, _)| c)),
         };
-        known.unwrap_or_else(|| self.model.max(self.curve.most_served()))
+        known.unwrap_or_else(|| match self.learning {
+            // Faster by how much is not known: regained towards the most
+            // it delivered lately, probed past.
+            Learning::Faster => self.estimate.max(self.curve.most_delivered()),
+            _ => self.model.max(self.curve.most_served()),
+        })
     }
 
     /// An interval of room: regain the level known, or probe past it.
-    fn room(&mut self, point: &CurvePoint, obs: &Observation) {
+    fn room(&mut self, point: &CurvePoint) {
         let level = self.level();
         if self.estimate < level * (1.0 - 1e-9) {
             let gap = level - self.estimate;
@@ -637,14 +649,14 @@ impl CapacityLoop {
         match self.phase {
             Phase::Probing { step, .. } => {
                 // Served what the raise handed out: the raise is kept (a
-                // probe that ends goes back to it). Steps grow only once the
-                // device serves past what is known (the plateau, else the
-                // model); near it they stay small.
-                let known = self
+                // probe that ends goes back to it). Steps grow while no
+                // plateau is known or the device serves past it; near one
+                // they stay small.
+                let past_known = self
                     .curve
                     .plateau()
-                    .unwrap_or(self.model * share_handed_out(obs));
-                let step = if point.served > known * (1.0 + SERVED_NOISE) {
+                    .is_none_or(|plateau| point.served > plateau * (1.0 + SERVED_NOISE));
+                let step = if past_known {
                     (step * 2.0).min(STEP_MAX)
                 } else {
                     PROBE_STEP
