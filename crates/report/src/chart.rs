@@ -350,12 +350,9 @@ fn curve_chart(run: &RunRecord, trace: &[crate::record::CapacityTraceEntry]) -> 
     let points: Vec<(f64, f64, bool)> = trace
         .iter()
         .filter_map(|e| {
-            let n = e.step.avg_queue?;
-            (n.is_finite() && e.step.served.is_finite() && e.step.served > 0.0).then_some((
-                n,
-                e.step.served,
-                e.step.verdict == Verdict::Overloaded,
-            ))
+            let n = e.step.seen.avg_queue?;
+            (n.is_finite() && e.step.seen.served.is_finite() && e.step.seen.served > 0.0)
+                .then_some((n, e.step.seen.served, e.step.verdict == Verdict::Overloaded))
         })
         .collect();
     let right = points.iter().map(|p| p.0).fold(1.0f64, f64::max);

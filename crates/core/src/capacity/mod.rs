@@ -86,7 +86,7 @@ pub const PROOF_INTERVALS: usize = 3;
 const TARGET_REACH: f64 = 1.25;
 
 /// What the loop sees of one interval.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Observation {
     /// Mean time an I/O spent at the device, in µs, where it is known.
     pub latency_us: Option<f64>,
@@ -115,6 +115,7 @@ pub struct Observation {
     /// utilisation): what can be served is at most that share of it.
     pub handed_out: f64,
     /// Length of the interval, where known: how fast a drain empties a queue.
+    #[serde(skip)]
     pub interval: Option<Duration>,
     /// A tenant with a floor that did I/O in the last interval did none in
     /// this one: short in its last, partial interval, it looked held back.
@@ -196,7 +197,8 @@ pub enum Learning {
     Known,
 }
 
-/// One interval as the loop judged it, for traces, the status API and logs.
+/// One interval as the loop judged it, for traces, the status API and logs:
+/// what it was shown and what it made of it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct CapacityStep {
     pub verdict: Verdict,
@@ -207,23 +209,13 @@ pub struct CapacityStep {
     pub level: f64,
     /// The curve's plateau, where an overload has found one.
     pub plateau: Option<f64>,
-    /// What the loop is still learning, if anything.
     pub learning: Learning,
-    /// The latency the device is held under (µs): the operator's target as
-    /// judged, where one is set.
+    /// The operator's latency target as judged (µs), where one is set.
     pub latency_limit_us: Option<f64>,
-    pub latency_us: Option<f64>,
-    pub avg_queue: Option<f64>,
-    pub served: f64,
-    pub floors_need: f64,
-    pub capped: bool,
-    pub capped_shortfall: f64,
-    pub wants_more: bool,
-    pub floor_share: Option<f64>,
-    pub departed: bool,
-    pub early: bool,
     /// Why the interval was not judged, if it was not.
     pub fault: Option<Fault>,
+    #[serde(flatten)]
+    pub seen: Observation,
 }
 
 /// Bounds of the estimate and the operator's latency target.
@@ -445,78 +437,61 @@ impl CapacityLoop {
         }
     }
 
-    /// The interval's point and verdict, judged against what the loop
-    /// knows; `Ok(None)` when there is nothing to judge (no I/O at all).
+    /// The interval's point and verdict, judged against the last point and
+    /// what the loop knows; `Ok(None)` with nothing to judge (no I/O).
     fn judge(&self, obs: &Observation) -> Result<Option<(CurvePoint, Verdict)>, Fault> {
         let Some(mut point) = point_of(obs)? else {
             return Ok(None);
         };
-        let handed = self.estimate * share_handed_out(obs);
-        point.handed = handed;
-        let grew_with_queue = self.last.is_some_and(|last| {
-            point.served > last.served * (1.0 + SERVED_NOISE) && point.in_flight > last.in_flight
-        });
-        // In flight rising (by an I/O or more), or holding with an I/O or
-        // more waiting on average: in flight beyond what the device holds
-        // at its least latency (a device holding only its own work shows
-        // that latency, whatever its shape).
+        point.handed = self.estimate * share_handed_out(obs);
+        let first = self.last.is_none();
+        let last = self.last.unwrap_or(point);
+        let (n, x, handed) = (point.in_flight, point.served, point.handed);
+        let rose = n > last.in_flight * (1.0 + IN_FLIGHT_NOISE) && n >= last.in_flight + 1.0;
+        let held = n >= last.in_flight * (1.0 - IN_FLIGHT_NOISE);
+        let falling = n < last.in_flight * (1.0 - SERVED_NOISE);
+        // Served that grew with its queue: a device with room, or an
+        // interval that began idle (a burst from idle).
+        let grew = x > last.served * (1.0 + SERVED_NOISE) && n > last.in_flight;
+        // An I/O or more waiting beyond what the device holds at its least
+        // latency (a device holding only its own work shows that latency,
+        // whatever its shape).
         let waiting = self.least_latency_us().is_none_or(|least| {
             point.latency_us > (1.0 + IN_FLIGHT_NOISE) * least
-                && point.in_flight * (1.0 - least / point.latency_us) >= 1.0
+                && n * (1.0 - least / point.latency_us) >= 1.0
         });
-        // A queue that is falling is the last step down taking hold: no
-        // reason for another.
-        let in_flight_steady = self
-            .last
-            .is_none_or(|last| point.in_flight >= last.in_flight * (1.0 - IN_FLIGHT_NOISE));
-        let rose = self.last.is_some_and(|last| {
-            point.in_flight > last.in_flight * (1.0 + IN_FLIGHT_NOISE)
-                && point.in_flight >= last.in_flight + 1.0
-        });
-        let in_flight_rising = self.last.is_none() || rose || (waiting && in_flight_steady);
-        // Short of what we allowed: the capped tenants got materially less
-        // than their caps at a queue, or a floor went short with less served
-        // than was handed out. On a FIFO path a full device shows first in the
-        // tenants with few I/Os in flight; those with many still get their
-        // caps.
-        // Capped tenants short of their caps show the device's limit only
-        // with I/Os waiting at it: otherwise their own depth held them.
+        // Short of what we allowed: the capped tenants materially under
+        // their caps at a queue (without one, their own depth held them), or
+        // a floor short with less served than handed out (on a FIFO path a
+        // full device shows first in the tenants with few I/Os in flight).
         let capped_short = obs.capped_shortfall > SERVED_NOISE * handed && waiting;
-        let short = capped_short
-            || (obs.floor_share.is_some() && point.served < handed * (1.0 - SERVED_NOISE));
-        // A probe is kept only if served work rose with it (by half its
-        // step at least) and no floor went short: one that grew the queue
-        // instead found the plateau, and what it served is that.
-        let probe_failed = match (self.phase, self.last) {
-            (Phase::Probing { step, .. }, Some(last)) => {
-                (obs.floor_share.is_some() || capped_short)
-                    || (obs.wants_more
-                        && point.in_flight > last.in_flight * (1.0 + IN_FLIGHT_NOISE)
-                        && point.served < last.served * (1.0 + step / 2.0))
+        let short =
+            capped_short || (obs.floor_share.is_some() && x < handed * (1.0 - SERVED_NOISE));
+        // A probe is kept only while served rises with it (by half its step)
+        // and no floor goes short: one that grew the queue found the plateau.
+        let probe_failed = match self.phase {
+            Phase::Probing { step, .. } => {
+                obs.floor_share.is_some()
+                    || capped_short
+                    || (obs.wants_more && rose && x < last.served * (1.0 + step / 2.0))
             }
             _ => false,
         };
-        // A queue that is falling is the last step down (or the end of a
-        // burst) taking hold: no reason for a step down on latency.
-        let queue_falling = self
-            .last
-            .is_some_and(|last| point.in_flight < last.in_flight * (1.0 - SERVED_NOISE));
-        // Served that grew with its queue is a device with room, or one whose
-        // interval began idle (a burst from idle): no overload then, unless
-        // the capped tenants did not get their caps.
-        // A queue that grew at a device serving no more is its plateau,
-        // whether or not a floor shows it yet (an uncapped tenant filling
-        // a device slower than its model).
-        let full = rose && waiting && !grew_with_queue;
-        let verdict = if probe_failed
-            || full
-            || (short && in_flight_rising && (capped_short || !grew_with_queue))
-        {
+        // A queue that grew at a device serving no more, and less than was
+        // handed out, is its plateau, shown by a floor or not (an uncapped
+        // tenant filling a device slower than its model).
+        let below_handed = x < handed * (1.0 - SERVED_NOISE);
+        let overloaded = probe_failed
+            || (rose && waiting && !grew && below_handed)
+            || (short && (first || rose || (waiting && held)) && (capped_short || !grew));
+        // A falling queue is the last step down (or a burst's end) taking
+        // hold: no reason for another on latency.
+        let verdict = if overloaded {
             Verdict::Overloaded
         } else if obs.capped
             && !obs.early
+            && !falling
             && (obs.floor_share.is_some() || self.past_target(&point))
-            && !queue_falling
         {
             Verdict::LatencyBound
         } else if obs.wants_more && !capped_short {
@@ -539,7 +514,7 @@ impl CapacityLoop {
             point.kind = PointKind::Draining;
             let falling = self
                 .last
-                .is_some_and(|last| point.in_flight < last.in_flight * (1.0 - IN_FLIGHT_NOISE));
+                .is_some_and(|last| point.in_flight < last.in_flight * (1.0 - SERVED_NOISE));
             if verdict == Verdict::Overloaded {
                 // Overloaded again: judged below.
             } else if falling && obs.floor_share.is_some() {
@@ -758,17 +733,8 @@ impl CapacityLoop {
             plateau: self.curve.plateau(),
             learning: self.learning,
             latency_limit_us: self.latency_limit_us(),
-            latency_us: obs.latency_us,
-            avg_queue: obs.avg_queue,
-            served: obs.served,
-            floors_need: obs.floors_need,
-            capped: obs.capped,
-            capped_shortfall: obs.capped_shortfall,
-            wants_more: obs.wants_more,
-            floor_share: obs.floor_share,
-            departed: obs.departed,
-            early: obs.early,
             fault,
+            seen: *obs,
         }
     }
 }
