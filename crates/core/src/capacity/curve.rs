@@ -7,25 +7,23 @@ use std::collections::VecDeque;
 
 use super::{IN_FLIGHT_NOISE, MEMORY_INTERVALS, SERVED_NOISE};
 
-/// The most points kept: two per interval of a minute is enough to show
-/// the shape, and bounds what the status page carries.
-const POINTS: usize = 64;
+/// Points kept: about one per whole interval of a minute.
+const POINTS: usize = MEMORY_INTERVALS as usize / 2;
 
 /// How the loop judged the interval a point comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PointKind {
-    /// The device was the limit: more in flight, no more served.
+    /// The device was the limit: its served is the plateau.
     Full,
-    /// Right after a full one, while the queue it built drains, or with a
-    /// floor short by latency while the loop brings the queue down: its
-    /// latency says nothing of the device unloaded.
+    /// An overload's queue draining, or a floor short by latency while the
+    /// loop brings the queue down: no sign of the device unloaded.
     Draining,
-    /// Anything else: the device served what was asked of it.
+    /// The device served what was asked of it.
     Served,
 }
 
-/// One judged interval (or look) of the device.
+/// One judged interval (or a look that found the device full).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct CurvePoint {
     /// Mean I/Os in flight at the device (its queue integral over time).
@@ -34,11 +32,9 @@ pub struct CurvePoint {
     pub served: f64,
     /// Mean time an I/O spent at the device (µs): in flight ÷ completions.
     pub latency_us: f64,
-    /// What the policy handed out, cost units per second: a device held
-    /// below what it can do queues far less than one handed a hair more.
+    /// What the policy handed out, cost units per second.
     pub handed: f64,
-    /// A tenant was held by a cap of ours: what was served past `handed`
-    /// then is a backlog let through, not the device.
+    /// A tenant was held by a cap of ours.
     pub capped: bool,
     pub kind: PointKind,
     /// Intervals since the point was taken.
@@ -46,40 +42,28 @@ pub struct CurvePoint {
 }
 
 impl CurvePoint {
-    /// What the point shows the device served: past what was handed out
-    /// with tenants capped, only what was handed out (a throttle's burst
-    /// allowance after a lull, a tenant catching up).
+    /// What the point shows the device served: with tenants capped, no more
+    /// than was handed out (past it is a backlog let through: a throttle's
+    /// burst allowance after a lull, a tenant catching up).
     fn shown(&self) -> f64 {
-        if self.capped {
-            self.served.min(self.handed * (1.0 + SERVED_NOISE))
-        } else {
-            self.served
+        match self.capped {
+            true => self.served.min(self.handed * (1.0 + SERVED_NOISE)),
+            false => self.served,
         }
-    }
-
-    fn within_handed(&self) -> bool {
-        self.shown() >= self.served
     }
 
     /// Whether `new` shows this older point to be from a device that has
     /// since changed. A full point's served is the most the device gave at
-    /// any queue: served past it beyond noise (within what was handed out)
-    /// means the device grew, a new
-    /// full point below it that it shrank. Any other point is contradicted
-    /// by one that served more with clearly fewer in flight (faster since),
-    /// by the same work with clearly more in flight at no less handed out
-    /// (not by a full one, whose queue at its plateau is any), or by a full
-    /// point below what it served at no more in flight (slower
-    /// since): the device's served never falls as its queue grows, but for
-    /// the overdriven garbage collector, which the loop meets as full.
+    /// any queue: served past it (shown, not a backlog) means the device
+    /// grew, a new full point below it that it shrank. Any other point is
+    /// contradicted by more work with clearly fewer in flight (faster since),
+    /// the same work with clearly more in flight at no less handed out, or a
+    /// full point below what it served at no more in flight (slower since).
     fn contradicted_by(&self, new: &CurvePoint) -> bool {
         let more = |a: f64, b: f64| a > b * (1.0 + SERVED_NOISE);
         let fewer = |a: f64, b: f64| a * (1.0 + IN_FLIGHT_NOISE) < b;
         let new_full = new.kind == PointKind::Full;
-        // Served past what was handed out is a backlog let through (a
-        // throttle's burst allowance after a lull, a tenant's catch-up): no
-        // sign the device grew.
-        let grew = more(new.served, self.served) && new.within_handed();
+        let grew = more(new.served, self.served) && new.shown() >= new.served;
         if self.kind == PointKind::Full {
             return grew || (new_full && more(self.served, new.served));
         }
@@ -94,13 +78,12 @@ impl CurvePoint {
 }
 
 /// The recent points, newest last, and what the device delivered in the
-/// memory's whole intervals, which a point that contradicts them does not
-/// erase (BBR's windowed maximum of the delivery rate).
+/// memory's whole intervals, which no contradiction erases (BBR's windowed
+/// maximum of the delivery rate).
 #[derive(Debug, Clone, Default)]
 pub struct Curve {
     points: VecDeque<CurvePoint>,
-    /// What each whole interval of the memory showed the device served,
-    /// and its age, newest last.
+    /// What the device served over each two points in a row, and the age.
     delivered: VecDeque<(f64, u32)>,
 }
 
@@ -109,99 +92,73 @@ impl Curve {
         self.points.iter()
     }
 
-    /// Adds a point, first dropping those it contradicts: a point that
-    /// served more with fewer in flight than one now found full, or one
-    /// that served less than this one at as many in flight. The newer wins,
-    /// since a device changes and noise does not pass these margins.
+    /// Adds a point, first dropping those it contradicts (the newer wins:
+    /// a device changes, noise does not pass these margins); a full one
+    /// outlives the others when the ring is full.
     pub fn add(&mut self, point: CurvePoint) {
-        self.delivered.push_back((point.shown(), point.age));
+        // Delivered over two whole intervals in a row: one alone may be a
+        // throttle's burst allowance after a lull (the rig: 1.2 of itself).
+        let sustained = self.newest().map_or(0.0, |p| p.shown().min(point.shown()));
+        self.delivered.push_back((sustained, point.age));
         self.points.retain(|old| !old.contradicted_by(&point));
         if self.points.len() == POINTS {
-            // The oldest point that did not find the device full: the
-            // plateau is kept until it ages out or is contradicted.
             let oldest = self.points.iter().position(|p| p.kind != PointKind::Full);
             self.points.remove(oldest.unwrap_or(0));
         }
         self.points.push_back(point);
     }
 
-    /// The point added last.
     pub fn newest(&self) -> Option<&CurvePoint> {
         self.points.back()
     }
 
-    /// Ages every point by an interval and forgets those past the memory.
+    /// Ages everything by an interval and forgets what is past the memory.
     pub fn age(&mut self) {
-        for p in &mut self.points {
-            p.age = p.age.saturating_add(1);
-        }
+        self.points.iter_mut().for_each(|p| p.age += 1);
         self.points.retain(|p| p.age <= MEMORY_INTERVALS);
-        for d in &mut self.delivered {
-            d.1 = d.1.saturating_add(1);
-        }
+        self.delivered.iter_mut().for_each(|d| d.1 += 1);
         self.delivered.retain(|d| d.1 <= MEMORY_INTERVALS);
     }
 
-    /// The most the device delivered in a whole interval of the memory,
-    /// whatever it does now: where a device that got faster may be back to.
+    /// The most the device delivered in the memory, whatever it does now.
     pub fn most_delivered(&self) -> f64 {
         self.delivered.iter().map(|d| d.0).fold(0.0, f64::max)
     }
 
-    /// Forgets every point but the newest: the device got faster, so what
-    /// it served before (its plateau among it) no longer bounds it.
+    /// Forgets every point but the newest: the device got faster, and what
+    /// bounded it before (its plateau among it) is gone.
     pub fn forget_all_but_newest(&mut self) {
         let newest = self.points.pop_back();
         self.points.clear();
         self.points.extend(newest);
     }
 
-    /// The plateau: the most served in an interval the device was full, the
-    /// rate past which more in flight brought no more (BBR's bottleneck
-    /// bandwidth). `None` while no point found it full.
-    pub fn plateau(&self) -> Option<f64> {
-        self.points
-            .iter()
-            .filter(|p| p.kind == PointKind::Full)
-            .map(|p| p.served)
-            .reduce(f64::max)
-    }
-
-    /// The least latency seen (µs): the device's own, unqueued (BBR's
-    /// minimum round trip).
-    pub fn least_latency_us(&self) -> Option<f64> {
-        self.points.iter().map(|p| p.latency_us).reduce(f64::min)
-    }
-
-    /// The most any remembered point shows the device served.
-    pub fn most_served(&self) -> f64 {
-        self.points
-            .iter()
-            .map(CurvePoint::shown)
-            .fold(0.0, f64::max)
-    }
-
-    /// Forgets the newest point if it found the device full: it came from
-    /// an interval a tenant left during, whose shortfall was its leaving.
+    /// Forgets the newest point if it found the device full: a tenant left
+    /// during its interval, and its shortfall was its leaving.
     pub fn forget_newest_full(&mut self) {
-        if self
-            .points
-            .back()
-            .is_some_and(|p| p.kind == PointKind::Full)
-        {
+        if self.newest().is_some_and(|p| p.kind == PointKind::Full) {
             self.points.pop_back();
         }
     }
 
-    /// Whether `new` did the same work with at least [`IN_FLIGHT_NOISE`]
-    /// fewer I/Os in flight than any remembered point that served no more
-    /// than it did with no more handed out (none of them a full one's
-    /// queue): the curve moved left, the device got faster (a neighbour
-    /// left, a slow phase ended). Less handed out queues less on any
-    /// device, and less served takes fewer in flight, so only such points
-    /// compare; three at least, so one quiet interval is no evidence. In
-    /// flight rather than latency: a load beside ours on this host (a
-    /// backup) counts in both, and its in flight falls further.
+    /// The plateau: the most served in an interval that found the device
+    /// full (BBR's bottleneck bandwidth); `None` while none has.
+    pub fn plateau(&self) -> Option<f64> {
+        let full = self.points.iter().filter(|p| p.kind == PointKind::Full);
+        full.map(|p| p.served).reduce(f64::max)
+    }
+
+    /// The least latency seen (µs): the device's own (BBR's minimum RTT).
+    pub fn least_latency_us(&self) -> Option<f64> {
+        self.points.iter().map(|p| p.latency_us).reduce(f64::min)
+    }
+
+    /// Whether `new` did the same work with [`IN_FLIGHT_NOISE`] fewer I/Os
+    /// in flight than any of three or more remembered points that served no
+    /// more with no more handed out (less handed out queues less on any
+    /// device): the curve moved left, a neighbour left or a slow phase
+    /// ended. In flight rather than latency: a load beside ours on this host
+    /// counts in both, and its in flight falls further.
     pub fn shows_faster(&self, new: &CurvePoint) -> bool {
         let comparable: Vec<f64> = self
             .points

@@ -1,53 +1,20 @@
 //! Closed-loop capacity: what the device delivers now, learned from the work
-//! it served against the I/Os it had in flight, instead of trusted from the
-//! cost model.
+//! it served against the I/Os it had in flight, not trusted from the model.
 //!
-//! One model covers every device shape. Each whole interval gives a point:
-//! work served X and mean I/Os in flight N (the device's queue integral;
-//! Little's law, N = X·R, gives the latency R). The points trace the
-//! device's curve X(N) ([`Curve`]): rising while more in flight brings more
-//! served, flat at its **plateau**, the most it can serve. A busy device is
-//! not a full one: a FIFO path, a rate-limited volume or a throttled array
-//! port waits longer as its load grows long before it is full, and that is
-//! no reason to hand out less.
-//!
-//! - **Overload** is in flight rising (or held with I/Os waiting) while
-//!   served work does not, with the device short of what we allowed: the
-//!   capped tenants got materially less than their caps, or a floor went
-//!   short with less served than handed out. The estimate becomes what was
-//!   served, the point the plateau, and the queue past what the device holds
-//!   unqueued is drained by a cut for one interval (at most 30 %). Served
-//!   work that grew with its queue is no overload, however far the latency
-//!   rose.
-//! - **Latency, not capacity.** A protected tenant short of its floor with
-//!   no cap of ours on it, while the capped tenants got their caps, lives on
-//!   latency: keeping k I/Os in flight it gets k ÷ R, so at a share s of its
-//!   floor it needs R·s (Little's law per tenant). The device is stepped down
-//!   by half the shortfall, a ceiling for the estimate, and the rest is
-//!   handed out. An operator's `latency_target` is the same limit, set by
-//!   hand.
-//! - **Up is the same model** (BBR: probe, keep what was delivered). Below
-//!   the level known good (the plateau, a ceiling, or the model before
-//!   anything is known) the estimate regains it. Past it the loop probes
-//!   only while learning (until a first limit, and after the device showed
-//!   itself faster): by 1 % an interval, doubling once served passes what
-//!   was known, kept only while served follows and no floor goes short.
-//!   Once a limit is known it is not probed into: each probe into a full
-//!   device costs the tenants that live on latency their p99.
-//! - **A changed device is relearned.** Points a new one contradicts are
-//!   dropped; the same work at a quarter less latency shows a faster device
-//!   and forgets what bounded the estimate; old points age out.
-//! - **Floors are never priced out on a guess.** The estimate never goes
-//!   below what the floors need (at most what the device has shown) unless
-//!   the device proved it cannot serve them: [`PROOF_INTERVALS`] whole
-//!   intervals in a row with a floor it held short and less served than
-//!   the floors need.
-//! - **Bad figures hold the estimate** ([`Fault`]): no device figures, a
-//!   device that counts no I/O while tenants are served, a missing queue
-//!   integral, a latency of zero or past any device's.
-//!
-//! docs/policies.md, "Closed-loop capacity", has the model with its
-//! figures; docs/design/capacity-history.md the loop it replaced.
+//! Each whole interval is a point of the device's curve X(N), work served
+//! against mean I/Os in flight ([`Curve`]; Little's law, N = X·R, gives the
+//! latency). The curve rises while more in flight brings more served and is
+//! flat at its **plateau**. Overload is in flight rising while served work
+//! does not, the device short of what was allowed: the estimate becomes what
+//! was served, and the queue drains for an interval. A busy device whose
+//! served work grows with its queue is not overloaded, however far its
+//! latency rose. A protected tenant short of its floor by latency alone
+//! (k I/Os in flight get k ÷ R) steps the device down by half the shortfall.
+//! Up is the same model (BBR): regain the level known, probe past it only
+//! while learning, keep a probe only while served follows it. Floors are
+//! never priced out without proof; bad figures hold the estimate
+//! ([`Fault`]). docs/policies.md, "Closed-loop capacity", has the model and
+//! its figures; docs/design/capacity-history.md the loop it replaced.
 
 mod curve;
 
@@ -85,63 +52,45 @@ pub const PROOF_INTERVALS: usize = 3;
 /// own latency: below it no cap meets the target.
 const TARGET_REACH: f64 = 1.25;
 
-/// What the loop sees of one interval.
+/// What the loop sees of one interval (rates in cost units per second).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Observation {
-    /// Mean time an I/O spent at the device, in µs, where it is known.
+    /// Mean time an I/O spent at the device (µs).
     pub latency_us: Option<f64>,
-    /// Mean I/Os in flight at the device (iostat `aqu-sz`), where known.
+    /// Mean I/Os in flight at the device (iostat `aqu-sz`).
     pub avg_queue: Option<f64>,
-    /// Cost rate served, in cost units per second (all load on the device
-    /// the policy knows of).
+    /// What the device served of the load the policy knows of.
     pub served: f64,
-    /// Some tenant is held below what it asks by a cap of ours: a lower
-    /// estimate acts on the device.
+    /// Some tenant is held below what it asks by a cap of ours.
     pub capped: bool,
-    /// What the tenants held by caps of ours used less than those caps, in
-    /// cost units per second: what the device did not deliver of what we
-    /// allowed.
+    /// What the tenants our caps hold used less than those caps.
     pub capped_shortfall: f64,
-    /// A capped tenant used (nearly) all of its cap: more would be used.
+    /// A capped tenant used (nearly) all of its cap.
     pub wants_more: bool,
     /// Use ÷ floor of the protected tenant furthest below its floor with no
-    /// cap of ours holding it there, over a whole interval; `None` while
-    /// every floor is met.
+    /// cap of ours on it, over a whole interval; `None` while all are met.
     pub floor_share: Option<f64>,
-    /// What the floors of the active tenants need (cost units per second,
-    /// already divided by the share handed out).
+    /// What the active floors need (divided by the share handed out).
     pub floors_need: f64,
-    /// Share of the estimate handed out while contended (the policy's target
-    /// utilisation): what can be served is at most that share of it.
+    /// The share of the estimate handed out while contended.
     pub handed_out: f64,
-    /// Length of the interval, where known: how fast a drain empties a queue.
     #[serde(skip)]
     pub interval: Option<Duration>,
-    /// A tenant with a floor that did I/O in the last interval did none in
-    /// this one: short in its last, partial interval, it looked held back.
+    /// A tenant with a floor active in the last interval is gone.
     pub departed: bool,
-    /// Decided on what a look between intervals saw: latency and queue are
-    /// the look's stretch, served the interval's scaled to the device's rate
-    /// there; it proves nothing about the floors.
+    /// Decided on a look between intervals: latency and queue are its
+    /// stretch, served the interval's scaled to the device's rate there.
     pub early: bool,
 }
 
-/// The loop's verdict on an interval.
+/// The loop's verdict on an interval (docs/policies.md has each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
-    /// Nothing to judge by (no figures, bad figures, no I/O): estimate held.
     Unknown,
-    /// In flight rose, served did not, and the device was short of what was
-    /// allowed: the estimate is what it served.
     Overloaded,
-    /// A floor held short by the device's latency while every capped tenant
-    /// got its cap (or the latency past the operator's target): the device
-    /// is held where its latency lets the floor through.
     LatencyBound,
-    /// Tenants want more and the device served what was handed out.
     Room,
-    /// Nobody asks for more.
     Idle,
 }
 
@@ -149,14 +98,9 @@ pub enum Verdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Fault {
-    /// The backend gave no device figures (counters gone backwards, a
-    /// device it cannot see).
     NoDeviceFigures,
-    /// Tenants were served but the device counted no completed I/O.
     DeviceStopped,
-    /// The device shows completions but no time in queue.
     NoQueueIntegral,
-    /// A latency or queue no device has (a counter that jumped).
     Absurd,
 }
 
@@ -177,23 +121,21 @@ impl std::fmt::Display for Fault {
 pub enum Phase {
     /// At the estimate, or regaining the level known good.
     Steady,
-    /// Raised past the level known, from `from`, by `step` last; kept while
-    /// the device serves what is handed out.
-    Probing { from: f64, step: f64 },
+    /// Raised past the level known, by `step` last; kept while the device
+    /// serves what is handed out.
+    Probing { step: f64 },
     /// Cut below `level`, what an overload served, while its queue drains.
     Draining { level: f64 },
 }
 
-/// What the loop is still learning of the device's level.
+/// What the loop is still learning of the device's level: from the start
+/// (the model holds until the device serves past it), after it showed
+/// itself faster, or nothing (a limit is known).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Learning {
-    /// Since the start, no limit found: the model holds until the device
-    /// serves past it.
     Start,
-    /// The device showed itself faster: what bounded it is forgotten.
     Faster,
-    /// A limit was found: it holds until forgotten.
     Known,
 }
 
@@ -570,13 +512,10 @@ impl CapacityLoop {
 
     /// Keeps a judged point: the last one for the next judgement, and on
     /// the curve a whole interval's, or a look's that found the device full
-    /// at a rate below the curve's newest point beyond a look's noise (the soonest
-    /// sign it shrank). A look's stretch is too short to trace the rest of
-    /// the curve: over an eighth of an interval the rig's throttle showed
-    /// 1.2 of the device in a burst, and 0.91 of it full.
+    /// below the curve's newest point by more than a look's noise (an eighth
+    /// of an interval is about three times noisier: the rig's throttle
+    /// showed 1.2 of the device in a burst there, and 0.91 of it full).
     fn record(&mut self, point: CurvePoint, obs: &Observation) {
-        // A look covers an eighth of an interval or so: what it served is
-        // about three times noisier than an interval's.
         let shrank = self
             .curve
             .newest()
@@ -604,7 +543,7 @@ impl CapacityLoop {
             // Faster by how much is not known: regained towards the most
             // it delivered lately, probed past.
             Learning::Faster => self.estimate.max(self.curve.most_delivered()),
-            _ => self.model.max(self.curve.most_served()),
+            _ => self.model.max(self.curve.most_delivered()),
         })
     }
 
@@ -623,10 +562,8 @@ impl CapacityLoop {
         }
         match self.phase {
             Phase::Probing { step, .. } => {
-                // Served what the raise handed out: the raise is kept (a
-                // probe that ends goes back to it). Steps grow while no
-                // plateau is known or the device serves past it; near one
-                // they stay small.
+                // Served what the raise handed out: kept. Steps grow while no
+                // plateau is known or the device serves past it.
                 let past_known = self
                     .curve
                     .plateau()
@@ -636,10 +573,7 @@ impl CapacityLoop {
                 } else {
                     PROBE_STEP
                 };
-                self.phase = Phase::Probing {
-                    from: self.estimate,
-                    step,
-                };
+                self.phase = Phase::Probing { step };
                 if self.ceiling.is_some_and(|(c, _)| self.estimate > c) {
                     // Served past a ceiling with every floor met: it no
                     // longer bounds the device.
@@ -649,10 +583,7 @@ impl CapacityLoop {
             }
             Phase::Steady => {
                 if self.may_probe(point) {
-                    self.phase = Phase::Probing {
-                        from: self.estimate,
-                        step: PROBE_STEP,
-                    };
+                    self.phase = Phase::Probing { step: PROBE_STEP };
                     self.estimate *= 1.0 + PROBE_STEP;
                 }
             }
@@ -720,7 +651,7 @@ impl CapacityLoop {
         }
         let shown = self
             .model
-            .max(self.curve.most_served() / share_handed_out(obs));
+            .max(self.curve.most_delivered() / share_handed_out(obs));
         obs.floors_need.max(0.0).min(shown).min(self.proof.limit())
     }
 
