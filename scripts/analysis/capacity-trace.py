@@ -12,6 +12,9 @@ what was served and what the floors need, the worst floor share, and the flags t
 (C a tenant capped, X a capped tenant short of its cap, W a tenant wants
 more, G a tenant gone) or the fault that held the estimate.
 
+It reads a service-rig trace (`trace.json` kept by `scripts/service-rig.py
+--keep DIR`) the same way.
+
 Usage: scripts/analysis/capacity-trace.py RESULTS_DIR_OR_RUN_JSON [FROM_S [TO_S]]
 """
 import json
@@ -33,7 +36,9 @@ def main():
     hi = float(sys.argv[3]) if len(sys.argv) > 3 else float("inf")
     with open(path) as f:
         run = json.load(f)
-    trace = run.get("capacity_trace") or []
+    # A service-rig trace (`scripts/service-rig.py --keep`) is a list of
+    # daemon status samples, each with the step it showed.
+    trace = run if isinstance(run, list) else run.get("capacity_trace") or []
     if not trace:
         sys.exit(f"{path}: no capacity_trace (a policy that does not learn capacity?)")
     print("     t e verdict        phase     estim  level plateau learn latency_us  queue served  need  share flags")
@@ -41,7 +46,7 @@ def main():
         t = entry["t"]
         if not lo <= t <= hi:
             continue
-        s = entry
+        s = entry.get("step") or entry
         phase = s["phase"]["phase"] if isinstance(s.get("phase"), dict) else s.get("phase")
         flags = "".join(c for c, k in (("C", "capped"), ("X", "capped_shortfall"),
                                        ("W", "wants_more"), ("G", "departed")) if s.get(k))

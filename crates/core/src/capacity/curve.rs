@@ -45,7 +45,7 @@ impl CurvePoint {
     /// What the point shows the device served: with tenants capped, no more
     /// than was handed out (past it is a backlog let through: a throttle's
     /// burst allowance after a lull, a tenant catching up).
-    fn shown(&self) -> f64 {
+    pub(crate) fn shown(&self) -> f64 {
         match self.capped {
             true => self.served.min(self.handed * (1.0 + SERVED_NOISE)),
             false => self.served,
@@ -153,20 +153,27 @@ impl Curve {
         self.points.iter().map(|p| p.latency_us).reduce(f64::min)
     }
 
+    /// The most a remembered point shows the device served.
+    pub fn most_shown(&self) -> f64 {
+        self.points.iter().map(|p| p.shown()).fold(0.0, f64::max)
+    }
+
     /// Whether `new` did the same work with [`IN_FLIGHT_NOISE`] fewer I/Os
-    /// in flight than any of three or more remembered points that served no
-    /// more with no more handed out (less handed out queues less on any
-    /// device): the curve moved left, a neighbour left or a slow phase
-    /// ended. In flight rather than latency: a load beside ours on this host
-    /// counts in both, and its in flight falls further.
+    /// in flight than any of three or more remembered points that served as
+    /// much with no more handed out (less handed out queues less on any
+    /// device; less work is another place on the curve): the curve moved
+    /// left, a neighbour left or a slow phase ended. In flight rather than
+    /// latency: a load beside ours on this host counts in both, and its in
+    /// flight falls further.
     pub fn shows_faster(&self, new: &CurvePoint) -> bool {
+        let same = |a: f64, b: f64| a <= b * (1.0 + SERVED_NOISE) && b <= a * (1.0 + SERVED_NOISE);
         let comparable: Vec<f64> = self
             .points
             .iter()
             .filter(|p| {
                 p.kind == PointKind::Served
                     && p.handed <= new.handed * (1.0 + SERVED_NOISE)
-                    && p.served <= new.served * (1.0 + SERVED_NOISE)
+                    && same(p.served, new.served)
             })
             .map(|p| p.in_flight)
             .collect();

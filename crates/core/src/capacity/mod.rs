@@ -391,17 +391,11 @@ impl CapacityLoop {
         let (n, x, handed) = (point.in_flight, point.served, point.handed);
         let rose = n > last.in_flight * (1.0 + IN_FLIGHT_NOISE) && n >= last.in_flight + 1.0;
         let held = n >= last.in_flight * (1.0 - IN_FLIGHT_NOISE);
-        let falling = n < last.in_flight * (1.0 - SERVED_NOISE);
+        let falling = !held;
         // Served that grew with its queue: a device with room, or an
         // interval that began idle (a burst from idle).
         let grew = x > last.served * (1.0 + SERVED_NOISE) && n > last.in_flight;
-        // An I/O or more waiting beyond what the device holds at its least
-        // latency (a device holding only its own work shows that latency,
-        // whatever its shape).
-        let waiting = self.least_latency_us().is_none_or(|least| {
-            point.latency_us > (1.0 + IN_FLIGHT_NOISE) * least
-                && n * (1.0 - least / point.latency_us) >= 1.0
-        });
+        let waiting = self.waiting(&point);
         // Short of what we allowed: the capped tenants materially under
         // their caps at a queue (without one, their own depth held them), or
         // a floor short with less served than handed out (on a FIFO path a
@@ -444,6 +438,16 @@ impl CapacityLoop {
         Ok(Some((point, verdict)))
     }
 
+    /// Whether an I/O or more waited beyond what the device holds at its
+    /// least latency: a device holding only its own work shows that
+    /// latency, whatever its shape.
+    fn waiting(&self, point: &CurvePoint) -> bool {
+        self.least_latency_us().is_none_or(|least| {
+            point.latency_us > (1.0 + IN_FLIGHT_NOISE) * least
+                && point.in_flight * (1.0 - least / point.latency_us) >= 1.0
+        })
+    }
+
     fn past_target(&self, point: &CurvePoint) -> bool {
         self.latency_limit_us()
             .is_some_and(|limit| point.latency_us > limit)
@@ -456,7 +460,7 @@ impl CapacityLoop {
             point.kind = PointKind::Draining;
             let falling = self
                 .last
-                .is_some_and(|last| point.in_flight < last.in_flight * (1.0 - SERVED_NOISE));
+                .is_some_and(|last| point.in_flight < last.in_flight * (1.0 - IN_FLIGHT_NOISE));
             if verdict == Verdict::Overloaded {
                 // Overloaded again: judged below.
             } else if falling && obs.floor_share.is_some() {
@@ -506,21 +510,33 @@ impl CapacityLoop {
             self.learning = Learning::Faster;
             self.curve.forget_all_but_newest();
         }
+        if self
+            .ceiling
+            .is_some_and(|(c, _)| point.shown() > c * (1.0 + SERVED_NOISE))
+        {
+            // The device served past the ceiling (tenants not held by it):
+            // it no longer bounds the device.
+            self.ceiling = None;
+        }
         self.undo = (self.estimate < before).then_some(before);
         self.record(point, obs);
     }
 
     /// Keeps a judged point: the last one for the next judgement, and on
     /// the curve a whole interval's, or a look's that found the device full
-    /// below the curve's newest point by more than a look's noise (an eighth
-    /// of an interval is about three times noisier: the rig's throttle
-    /// showed 1.2 of the device in a burst there, and 0.91 of it full).
+    /// where no plateau is known or below the curve's newest point by more
+    /// than a look's noise (an eighth of an interval is about three times
+    /// noisier: the rig's throttle showed 1.2 of the device in a burst
+    /// there, and 0.91 of it full). Without the first, a plateau aged out
+    /// of the memory was regained towards the model and found full by a
+    /// look every few intervals, never kept (`cliff`: p99 7.8x alone).
     fn record(&mut self, point: CurvePoint, obs: &Observation) {
         let shrank = self
             .curve
             .newest()
             .is_some_and(|last| point.served < last.served * (1.0 - 3.0 * SERVED_NOISE));
-        if !obs.early || (point.kind == PointKind::Full && shrank) {
+        let unknown = self.curve.plateau().is_none();
+        if !obs.early || (point.kind == PointKind::Full && (shrank || unknown)) {
             self.curve.add(point);
         }
         self.last = Some(point);
@@ -562,6 +578,16 @@ impl CapacityLoop {
         }
         match self.phase {
             Phase::Probing { step, .. } => {
+                if self
+                    .last
+                    .is_some_and(|last| point.served < last.served * (1.0 + step / 2.0))
+                {
+                    // Served did not follow the raise, nor did a queue
+                    // grow: the tenants took no more. Undone, not a limit.
+                    self.estimate /= 1.0 + step;
+                    self.phase = Phase::Steady;
+                    return;
+                }
                 // Served what the raise handed out: kept. Steps grow while no
                 // plateau is known or the device serves past it.
                 let past_known = self
@@ -592,16 +618,18 @@ impl CapacityLoop {
     }
 
     /// Whether to probe past the level known: only while still learning.
-    /// From the start, only where the device served past a model it never
-    /// filled (the model is disproved): a device at its plateau shows
+    /// From the start, only where the device showed more than a model it
+    /// never filled (the model is disproved): a device at its plateau shows
     /// nothing else that tells it from one with room (parallel queues
-    /// answer at their own latency up to their last slot; the simulator's
-    /// `backup`, probed at its right model, missed a floor for it). After
-    /// the device showed itself faster, at once: how much faster is not
-    /// known.
+    /// answer at their own latency up to their last slot; probed at their
+    /// right model, the simulator's `noisy-20` and `backup` doubled their
+    /// p99 and missed floors). After the device showed itself faster, at
+    /// once: how much faster is not known.
     fn may_probe(&self, point: &CurvePoint) -> bool {
         match self.learning {
-            Learning::Start => point.served > self.model * (1.0 + SERVED_NOISE),
+            Learning::Start => {
+                point.served.max(self.curve.most_shown()) > self.model * (1.0 + SERVED_NOISE)
+            }
             Learning::Faster => true,
             Learning::Known => false,
         }

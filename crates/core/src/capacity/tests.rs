@@ -145,11 +145,12 @@ fn an_overload_is_what_was_served_and_its_long_queue_is_drained() {
     let step = c.last_step().unwrap();
     assert_eq!(step.plateau, Some(0.85));
     assert!(c.estimate() < 0.85 && c.estimate() >= 0.85 * DEEPEST_DRAIN);
-    // Drained: back to what it served, not probed past.
+    // Drained: back to what it served, not probed past while the device
+    // queues there (a device at its plateau does).
     c.update(&seen(0.8, 2.0, 600.0));
     assert_eq!(c.estimate(), 0.85);
     for _ in 2..MEMORY_INTERVALS {
-        c.update(&seen(0.82, 2.0, 600.0));
+        c.update(&seen(0.82, 4.0, 1_200.0));
         assert!(c.estimate() <= 0.85 * (1.0 + 1e-9), "{}", c.estimate());
     }
     // Forgotten after the memory: the model again, as the level to regain.
@@ -295,12 +296,27 @@ fn bad_figures_hold_the_estimate_and_say_why() {
 
 #[test]
 fn a_resumed_estimate_is_held_not_probed_past() {
+    // Resumed at the plateau of a device that queues there.
+    for shape in [Shape::Parallel(8.0), Shape::RateLimited(100.0)] {
+        let mut c = CapacityLoop::new(settings(), 1.0);
+        c.resume(0.7);
+        let mut device = TestDevice::new(shape, 0.7);
+        for _ in 0..100 {
+            c.update(&device.interval(c.estimate() * 0.97));
+            assert_eq!(c.estimate(), 0.7, "{shape:?}");
+        }
+    }
+}
+
+#[test]
+fn a_level_the_device_served_past_is_probed_past() {
+    // Resumed at 0.7 of a device that served 1.0 uncapped since: the level
+    // is not its limit.
     let mut c = CapacityLoop::new(settings(), 1.0);
     c.resume(0.7);
-    for _ in 0..100 {
-        c.update(&seen(c.estimate() * 0.97, 0.5, 200.0));
-    }
-    assert_eq!(c.estimate(), 0.7);
+    let mut device = TestDevice::new(Shape::RateLimited(100.0), 1.0);
+    let path = drive(&mut c, &mut device, 40);
+    assert!((0.95..=1.05).contains(&path[39]), "{path:.3?}");
 }
 
 #[test]
