@@ -159,26 +159,28 @@ impl Curve {
     }
 
     /// Whether `new` did the same work with [`IN_FLIGHT_NOISE`] fewer I/Os
-    /// in flight than any of three or more remembered points that served as
-    /// much with no more handed out (less handed out queues less on any
-    /// device; less work is another place on the curve): the curve moved
-    /// left, a neighbour left or a slow phase ended. In flight rather than
-    /// latency: a load beside ours on this host counts in both, and its in
-    /// flight falls further.
+    /// in flight than most (three at least) of the remembered points that
+    /// served as much with no more handed out (less handed out queues less
+    /// on any device; less work is another place on the curve): the curve
+    /// moved left, a neighbour left or a slow phase ended. Most, not all:
+    /// the interval of the change itself is on the curve too. In flight
+    /// rather than latency: a load beside ours on this host counts in both,
+    /// and its in flight falls further.
     pub fn shows_faster(&self, new: &CurvePoint) -> bool {
         let same = |a: f64, b: f64| a <= b * (1.0 + SERVED_NOISE) && b <= a * (1.0 + SERVED_NOISE);
-        let comparable: Vec<f64> = self
-            .points
-            .iter()
-            .filter(|p| {
-                p.kind == PointKind::Served
-                    && p.handed <= new.handed * (1.0 + SERVED_NOISE)
-                    && same(p.served, new.served)
-            })
-            .map(|p| p.in_flight)
-            .collect();
-        let least = comparable.iter().copied().fold(f64::INFINITY, f64::min);
-        comparable.len() >= 3 && new.in_flight <= least * (1.0 - IN_FLIGHT_NOISE)
+        let comparable = self.points.iter().filter(|p| {
+            p.kind == PointKind::Served
+                && p.handed <= new.handed * (1.0 + SERVED_NOISE)
+                && same(p.served, new.served)
+        });
+        let (mut more, mut all) = (0, 0);
+        for p in comparable {
+            all += 1;
+            if new.in_flight <= p.in_flight * (1.0 - IN_FLIGHT_NOISE) {
+                more += 1;
+            }
+        }
+        more >= 3 && 2 * more > all
     }
 }
 

@@ -228,6 +228,9 @@ pub struct CapacityLoop {
     /// The estimate before the last interval stepped it down, restored if
     /// the next shows a tenant gone (its last, partial interval looked short).
     undo: Option<f64>,
+    /// What the last look that found the device full served, where it was
+    /// not put on the curve: a second look that agrees with it is.
+    look_full: Option<f64>,
     verdict: Verdict,
     last_step: Option<CapacityStep>,
 }
@@ -246,6 +249,7 @@ impl CapacityLoop {
             proof: Proof::default(),
             last: None,
             undo: None,
+            look_full: None,
             verdict: Verdict::Unknown,
             last_step: None,
         }
@@ -456,6 +460,14 @@ impl CapacityLoop {
     /// Every transition of the phase and the estimate, on a judged interval.
     fn act(&mut self, verdict: Verdict, mut point: CurvePoint, obs: &Observation) {
         let before = self.estimate;
+        if self
+            .ceiling
+            .is_some_and(|(c, _)| point.shown() > c * (1.0 + SERVED_NOISE))
+        {
+            // The device served past the ceiling (tenants not held by it):
+            // it no longer bounds the device.
+            self.ceiling = None;
+        }
         if let Phase::Draining { level } = self.phase {
             point.kind = PointKind::Draining;
             let falling = self
@@ -503,20 +515,18 @@ impl CapacityLoop {
             }
             Verdict::Unknown => {}
         }
-        if !obs.early && verdict == Verdict::Room && self.curve.shows_faster(&point) {
-            // The same work waits a quarter less: what bounded the estimate
-            // (a plateau, a ceiling) was a device that is no longer there.
+        let faster = |p: &CurvePoint| self.curve.shows_faster(p);
+        if !obs.early
+            && verdict == Verdict::Room
+            && faster(&point)
+            && self.last.is_some_and(|l| faster(&l))
+        {
+            // The same work waited a quarter less two intervals in a row
+            // (one is a neighbour's pause): what bounded the estimate (a
+            // plateau, a ceiling) was a device that is no longer there.
             self.ceiling = None;
             self.learning = Learning::Faster;
             self.curve.forget_all_but_newest();
-        }
-        if self
-            .ceiling
-            .is_some_and(|(c, _)| point.shown() > c * (1.0 + SERVED_NOISE))
-        {
-            // The device served past the ceiling (tenants not held by it):
-            // it no longer bounds the device.
-            self.ceiling = None;
         }
         self.undo = (self.estimate < before).then_some(before);
         self.record(point, obs);
@@ -524,20 +534,25 @@ impl CapacityLoop {
 
     /// Keeps a judged point: the last one for the next judgement, and on
     /// the curve a whole interval's, or a look's that found the device full
-    /// where no plateau is known or below the curve's newest point by more
-    /// than a look's noise (an eighth of an interval is about three times
-    /// noisier: the rig's throttle showed 1.2 of the device in a burst
-    /// there, and 0.91 of it full). Without the first, a plateau aged out
-    /// of the memory was regained towards the model and found full by a
-    /// look every few intervals, never kept (`cliff`: p99 7.8x alone).
+    /// where the last look that did agrees within a look's noise (an eighth
+    /// of an interval is about three times noisier: the rig's throttle
+    /// showed 1.2 of the device in a burst there, and 0.88 of it full, which
+    /// kept as the plateau held a ramp at 0.88 for the rest of its run).
+    /// Kept from no look, a level the device lost (another host's load, a
+    /// plateau aged out of the memory) was regained and found full by a
+    /// look every few intervals, never learned (`cliff`: p99 7.8x alone).
     fn record(&mut self, point: CurvePoint, obs: &Observation) {
-        let shrank = self
-            .curve
-            .newest()
-            .is_some_and(|last| point.served < last.served * (1.0 - 3.0 * SERVED_NOISE));
-        let unknown = self.curve.plateau().is_none();
-        if !obs.early || (point.kind == PointKind::Full && (shrank || unknown)) {
+        let full = point.kind == PointKind::Full;
+        let agrees = self.look_full.is_some_and(|seen| {
+            (seen - point.served).abs() <= 3.0 * SERVED_NOISE * seen.max(point.served)
+        });
+        if !obs.early || (full && agrees) {
             self.curve.add(point);
+            if full {
+                self.look_full = None;
+            }
+        } else if full {
+            self.look_full = Some(point.served);
         }
         self.last = Some(point);
     }
