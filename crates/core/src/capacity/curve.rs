@@ -170,7 +170,7 @@ impl Curve {
         let same = |a: f64, b: f64| a <= b * (1.0 + SERVED_NOISE) && b <= a * (1.0 + SERVED_NOISE);
         let comparable = self.points.iter().filter(|p| {
             p.kind == PointKind::Served
-                && p.handed <= new.handed * (1.0 + SERVED_NOISE)
+                && p.handed <= new.handed * (1.0 + 2.0 * SERVED_NOISE)
                 && same(p.served, new.served)
         });
         let (mut more, mut all) = (0, 0);
