@@ -139,7 +139,7 @@ if [[ $load == burst ]]; then
     cat "$work"/noisy-"$k"_iops.*.log | awk -F', *' -v k=$k '
       { s = int($1 / 1000 + 0.5); sum[s] += $2 }
       END { for (s in sum) if (s >= 2 && s <= 9) { total += sum[s]; n++; if (sum[s] < 950) low++ }
-            printf "burst %d: %.0f IOPS on average over its seconds 2-9, %d below 95 %% of its floor (the quiet tenants' rates leave 4,000 - 2,235 = 1,765)\n", k, total / n, low }'
+            printf "burst %d: %.0f IOPS on average over its seconds 2-9, %d below 95 %% of its floor (what the quiet tenants ask leaves 4,000 - 2,235 = 1,765)\n", k, total / n, low }'
   done
   exit 0
 fi

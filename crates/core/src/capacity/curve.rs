@@ -160,8 +160,10 @@ impl Curve {
 
     /// Whether `new` did the same work with [`IN_FLIGHT_NOISE`] fewer I/Os
     /// in flight than most (three at least) of the remembered points that
-    /// served as much with no more handed out (less handed out queues less
-    /// on any device; less work is another place on the curve): the curve
+    /// served as much with no more handed out, within two noise margins
+    /// (less handed out queues less on any device; less work is another
+    /// place on the curve; a ceiling stepped down since hands out a little
+    /// less than the points under the last one): the curve
     /// moved left, a neighbour left or a slow phase ended. Most, not all:
     /// the interval of the change itself is on the curve too. In flight
     /// rather than latency: a load beside ours on this host counts in both,
