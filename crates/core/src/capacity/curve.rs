@@ -67,7 +67,7 @@ impl CurvePoint {
         if self.kind == PointKind::Full {
             return grew || (new_full && more(self.served, new.served));
         }
-        let same_work = !more(new.served, self.served) && !more(self.served, new.served);
+        let same_work = same_work(new.served, self.served);
         (new_full && more(self.served, new.served) && self.in_flight <= new.in_flight)
             || (grew && fewer(new.in_flight, self.in_flight))
             || (same_work
@@ -75,6 +75,11 @@ impl CurvePoint {
                 && fewer(self.in_flight, new.in_flight)
                 && new.handed >= self.handed * (1.0 - SERVED_NOISE))
     }
+}
+
+/// Served within [`SERVED_NOISE`] of each other, either way: the same work.
+fn same_work(a: f64, b: f64) -> bool {
+    a <= b * (1.0 + SERVED_NOISE) && b <= a * (1.0 + SERVED_NOISE)
 }
 
 /// The recent points, newest last, and what the device delivered in the
@@ -108,7 +113,7 @@ impl Curve {
         self.points.push_back(point);
     }
 
-    pub fn newest(&self) -> Option<&CurvePoint> {
+    fn newest(&self) -> Option<&CurvePoint> {
         self.points.back()
     }
 
@@ -169,11 +174,10 @@ impl Curve {
     /// rather than latency: a load beside ours on this host counts in both,
     /// and its in flight falls further.
     pub fn shows_faster(&self, new: &CurvePoint) -> bool {
-        let same = |a: f64, b: f64| a <= b * (1.0 + SERVED_NOISE) && b <= a * (1.0 + SERVED_NOISE);
         let comparable = self.points.iter().filter(|p| {
             p.kind == PointKind::Served
                 && p.handed <= new.handed * (1.0 + 2.0 * SERVED_NOISE)
-                && same(p.served, new.served)
+                && same_work(p.served, new.served)
         });
         let (mut more, mut all) = (0, 0);
         for p in comparable {
