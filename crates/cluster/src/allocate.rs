@@ -170,6 +170,12 @@ impl Allocator {
         self.epoch
     }
 
+    /// What the policy's capacity loop made of the last round's device, if
+    /// it learns capacity (for traces and status).
+    pub fn capacity_step(&self) -> Option<iofloor_core::capacity::CapacityStep> {
+        self.policy.capacity_step()
+    }
+
     /// One round over the reports of this device's hosts (others are
     /// ignored). Every reporting host gets an allocation, also one without
     /// tenants, so it knows the allocator is alive. `standing` are the

@@ -188,6 +188,52 @@ struct Tracked {
     spec: Arc<TenantSpec>,
     last: Option<Counters>,
     caps: Caps,
+    /// Since when `caps` hold, and the caps in force earlier in the
+    /// interval with how long (seconds), where they changed within it.
+    caps_since: Duration,
+    earlier: Option<(Caps, f64)>,
+}
+
+impl Tracked {
+    fn new(spec: Arc<TenantSpec>) -> Tracked {
+        Tracked {
+            spec,
+            last: None,
+            caps: Caps::NONE,
+            caps_since: Duration::ZERO,
+            earlier: None,
+        }
+    }
+
+    /// `caps` in force from `now`.
+    fn set_caps(&mut self, caps: Caps, now: Duration) {
+        self.earlier = Some(self.held_until(now));
+        self.caps = caps;
+        self.caps_since = now;
+    }
+
+    /// The caps in force over the interval up to `now`, and its length in
+    /// seconds. Judged by the caps at its end alone, a noisy tenant held
+    /// tighter for the first half looked short of its cap, was taken for
+    /// one that wants no more and let go by a release step; ten such at
+    /// once filled the device (simulated cluster of 10 hosts × 100, the
+    /// allocation half an interval after the reports: 5.7 % of floors
+    /// missed).
+    fn held_until(&self, now: Duration) -> (Caps, f64) {
+        let current = now.saturating_sub(self.caps_since).as_secs_f64();
+        match self.earlier {
+            Some((caps, before)) => (caps.blended(before, &self.caps, current), before + current),
+            None => (self.caps, current),
+        }
+    }
+
+    /// The interval's caps, read at its end: the next starts at `now`.
+    fn close_interval(&mut self, now: Duration) -> Caps {
+        let (caps, _) = self.held_until(now);
+        self.earlier = None;
+        self.caps_since = now;
+        caps
+    }
 }
 
 /// Drives a policy against a backend.
@@ -209,14 +255,7 @@ impl Controller {
     pub fn new(policy: Box<dyn Policy>, tenants: Vec<Arc<TenantSpec>>) -> Controller {
         Controller {
             policy,
-            tenants: tenants
-                .into_iter()
-                .map(|spec| Tracked {
-                    spec,
-                    last: None,
-                    caps: Caps::NONE,
-                })
-                .collect(),
+            tenants: tenants.into_iter().map(Tracked::new).collect(),
             last_time: None,
             last_device: None,
             last_look: None,
@@ -234,11 +273,7 @@ impl Controller {
     pub fn add_tenant(&mut self, spec: Arc<TenantSpec>) {
         self.remove_tenant(&spec.name);
         self.roster_changed = true;
-        self.tenants.push(Tracked {
-            spec,
-            last: None,
-            caps: Caps::NONE,
-        });
+        self.tenants.push(Tracked::new(spec));
     }
 
     /// Stops controlling a tenant; returns the caps it last had applied.
@@ -320,7 +355,7 @@ impl Controller {
         let caps = self.policy.decide_on_news(now)?;
         let decision_time = started.elapsed();
         let mut errors = Vec::new();
-        let applied = self.apply(&caps, backend, &mut errors);
+        let applied = self.apply(&caps, now, backend, &mut errors);
         let applied = self
             .tenants
             .iter()
@@ -338,6 +373,7 @@ impl Controller {
     fn apply<B: Backend>(
         &mut self,
         caps: &[Caps],
+        now: Duration,
         backend: &mut B,
         errors: &mut Vec<(String, String)>,
     ) -> Vec<Caps> {
@@ -345,7 +381,7 @@ impl Controller {
             let new = new.rounded();
             if new != t.caps {
                 match backend.apply_caps(&t.spec, &new) {
-                    Ok(()) => t.caps = new,
+                    Ok(()) => t.set_caps(new, now),
                     Err(e) => errors.push((t.spec.name.clone(), e.to_string())),
                 }
             }
@@ -379,7 +415,7 @@ impl Controller {
             samples,
             mut errors,
             counter_resets,
-        } = self.read_tenants(backend, dt);
+        } = self.read_tenants(backend, now, dt);
         let device_now = backend.read_device();
         self.last_look = device_now.map(|d| (now, d));
         self.early_seen = None;
@@ -411,7 +447,7 @@ impl Controller {
             "{}: one verdict per tenant",
             self.policy.name()
         );
-        let applied = self.apply(&caps, backend, &mut errors);
+        let applied = self.apply(&caps, now, backend, &mut errors);
         TickReport {
             now,
             samples,
@@ -427,7 +463,12 @@ impl Controller {
 
     /// Each tenant's usage since the last tick (none for its first, or
     /// when its counters went backwards), with the caps in force.
-    fn read_tenants<B: Backend>(&mut self, backend: &mut B, dt: Option<Duration>) -> Read {
+    fn read_tenants<B: Backend>(
+        &mut self,
+        backend: &mut B,
+        now: Duration,
+        dt: Option<Duration>,
+    ) -> Read {
         let mut read = Read {
             samples: Vec::with_capacity(self.tenants.len()),
             errors: Vec::new(),
@@ -455,10 +496,11 @@ impl Controller {
                     None
                 }
             };
+            let caps = t.close_interval(now);
             read.samples.push(TenantSample {
                 spec: t.spec.clone(),
                 usage,
-                caps: t.caps,
+                caps,
             });
         }
         read
@@ -568,6 +610,60 @@ mod tests {
             .applied
             .iter()
             .all(|(_, c)| c.read_iops == Some(300.0)));
+    }
+
+    /// Caps of 100 IOPS at each tick and 300 on news, keeping the caps
+    /// each decision was shown.
+    struct ShownCaps(Arc<std::sync::Mutex<Vec<Caps>>>, bool);
+
+    impl Policy for ShownCaps {
+        fn name(&self) -> &'static str {
+            "shown-caps"
+        }
+        fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
+            let shown = snapshot.tenants.iter().map(|t| t.caps);
+            self.0.lock().unwrap().extend(shown);
+            let caps = Caps {
+                read_iops: Some(100.0),
+                ..Caps::NONE
+            };
+            vec![caps; snapshot.tenants.len()]
+        }
+        fn verdicts(&self, snapshot: &Snapshot) -> crate::judge::Verdicts {
+            crate::judge::Verdicts::judge(
+                snapshot,
+                false,
+                &crate::synthetic::iops_only_model(4000.0),
+            )
+        }
+        fn decide_on_news(&mut self, _now: Duration) -> Option<Vec<Caps>> {
+            std::mem::take(&mut self.1).then(|| {
+                let caps = Caps {
+                    read_iops: Some(300.0),
+                    ..Caps::NONE
+                };
+                vec![caps]
+            })
+        }
+    }
+
+    #[test]
+    fn caps_changed_within_an_interval_are_shown_as_their_time_weighted_mean() {
+        let shown = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let policy = ShownCaps(shown.clone(), true);
+        let spec = Arc::new(TenantSpec::new("a", crate::model::TenantClass::Container));
+        let mut c = Controller::new(Box::new(policy), vec![spec]);
+        let mut writes = Writes::default();
+        let at = Duration::from_millis;
+        c.tick(at(1000), &mut writes);
+        c.apply_news(at(1250), &mut writes).expect("news applied");
+        c.tick(at(2000), &mut writes);
+        c.tick(at(3000), &mut writes);
+        let iops: Vec<Option<f64>> = shown.lock().unwrap().iter().map(|c| c.read_iops).collect();
+        // None before the first tick; 100 for a quarter and 300 for the
+        // rest; 100 all through.
+        assert_eq!(iops, [None, Some(250.0), Some(100.0)]);
+        assert_eq!(writes.0.len(), 3, "100, 300 on news, 100 again");
     }
 
     #[test]

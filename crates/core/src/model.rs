@@ -291,6 +291,25 @@ impl Caps {
         }
     }
 
+    /// The caps in force over two spans, `self` for `own` seconds and
+    /// `other` for `others`: each limit its time-weighted mean, none where
+    /// either span had none.
+    pub fn blended(&self, own: f64, other: &Caps, others: f64) -> Caps {
+        if others <= 0.0 {
+            return *self;
+        }
+        if own <= 0.0 {
+            return *other;
+        }
+        let mean = |a: Option<f64>, b: Option<f64>| Some((a? * own + b? * others) / (own + others));
+        Caps {
+            read_iops: mean(self.read_iops, other.read_iops),
+            write_iops: mean(self.write_iops, other.write_iops),
+            read_bps: mean(self.read_bps, other.read_bps),
+            write_bps: mean(self.write_bps, other.write_bps),
+        }
+    }
+
     /// Kernel interfaces take whole numbers, and 0 means "no limit" there, so a
     /// cap is rounded up and never below 1.
     pub fn rounded(&self) -> Caps {
@@ -311,7 +330,9 @@ pub struct TenantSample {
     /// `None` when there is no trustworthy sample this interval (first read,
     /// counters went backwards, read failed): the policy keeps what it had.
     pub usage: Option<Usage>,
-    /// The caps in force during the interval.
+    /// The caps in force during the interval: where they changed within it
+    /// (a cluster allocation applied as it arrives), each limit's
+    /// time-weighted mean.
     pub caps: Caps,
 }
 
@@ -341,5 +362,34 @@ impl Snapshot<'_> {
         } else {
             0.0
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Caps;
+
+    #[test]
+    fn blended_caps_are_time_weighted_and_none_where_a_span_had_none() {
+        let iops = |v: Option<f64>| Caps {
+            read_iops: v,
+            write_bps: Some(1e6),
+            ..Caps::NONE
+        };
+        let mean = iops(Some(100.0)).blended(1.0, &iops(Some(300.0)), 3.0);
+        assert_eq!(mean.read_iops, Some(250.0));
+        assert_eq!(mean.write_bps, Some(1e6));
+        assert_eq!(
+            iops(None).blended(1.0, &iops(Some(300.0)), 3.0).read_iops,
+            None
+        );
+        assert_eq!(
+            iops(None).blended(0.0, &iops(Some(300.0)), 3.0).read_iops,
+            Some(300.0)
+        );
+        assert_eq!(
+            iops(Some(100.0)).blended(2.0, &iops(None), 0.0).read_iops,
+            Some(100.0)
+        );
     }
 }

@@ -10,45 +10,8 @@
 
 use iofloor_core::policy::PolicyKind;
 use iofloor_scenario::{Control, Scenario};
-use iofloor_sim::simulate;
-use std::fmt::Write;
+use iofloor_sim::{scale_scenario, simulate};
 use std::time::Instant;
-
-/// `hosts` hosts of `per_host` tenants on one device: on each host one noisy
-/// tenant (8 processes × QD 32 of random 4 KiB reads, no floor) from 5 s,
-/// the others asking 100 IOPS at QD 1 with a floor of 80. The device serves
-/// the quiet tenants' demand at 60 % of its capacity, with 2 ms service
-/// times: the noisy tenants' queues alone would take the quiet ones' floors.
-fn scenario(hosts: usize, per_host: usize, seconds: u32) -> Scenario {
-    let quiet_demand = (hosts * (per_host - 1)) as f64 * 100.0;
-    let iops = (quiet_demand / 0.6).round();
-    let parallelism = ((iops * 0.002).round() as u32).clamp(4, 65536);
-    let mut s = format!(
-        "name = \"scale-{hosts}x{per_host}\"\nduration = \"{seconds}s\"\nwarmup = \"6s\"\n\
-         [device]\nparallelism = {parallelism}\nrbps = \"64GiB/s\"\nrseqiops = {}\nrrandiops = {iops}\n\
-         wbps = \"32GiB/s\"\nwseqiops = {iops}\nwrandiops = {iops}\njitter = 0.1\n[cluster]\n",
-        iops * 2.0
-    );
-    for h in 0..hosts {
-        for t in 0..per_host {
-            let name = format!("h{h:03}-t{t:03}");
-            if t == 0 {
-                let _ = write!(
-                    s,
-                    "[[tenant]]\nname = \"{name}\"\nhost = \"h{h:03}\"\nnoisy = true\n\
-                     [[tenant.job]]\nrw = \"randread\"\nbs = \"4k\"\niodepth = 32\nnumjobs = 8\nstart = \"5s\"\n"
-                );
-            } else {
-                let _ = write!(
-                    s,
-                    "[[tenant]]\nname = \"{name}\"\nhost = \"h{h:03}\"\nfloor = \"80iops\"\n\
-                     [[tenant.job]]\nrw = \"randread\"\nbs = \"4k\"\nrate = \"100iops\"\n"
-                );
-            }
-        }
-    }
-    Scenario::parse(&s, "scale").expect("the generated scenario is valid")
-}
 
 /// Share of the quiet tenants' windows after warm-up below 95 % of their
 /// floor (they always ask more than it).
@@ -84,7 +47,7 @@ fn main() {
         if only.as_ref().is_some_and(|o| *o != size) {
             continue;
         }
-        let sc = scenario(hosts, per_host, seconds);
+        let sc = scale_scenario(hosts, per_host, seconds);
         let started = Instant::now();
         let out = simulate(&sc, Some(Control::Policy(PolicyKind::Floor)), &|_| {});
         let wall = started.elapsed();

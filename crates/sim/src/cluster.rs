@@ -173,6 +173,11 @@ impl SimCluster {
         self.capacity
     }
 
+    /// The serving allocator's last capacity step, if one is serving.
+    pub fn capacity_step(&self) -> Option<iofloor_core::capacity::CapacityStep> {
+        self.allocator.as_ref()?.1.capacity_step()
+    }
+
     /// The agents' tick: `tick_host` runs host `h`'s controller against its
     /// view of the device; what a reachable host reports reaches etcd.
     pub fn tick(&mut self, mut tick_host: impl FnMut(usize, &mut Controller)) {

@@ -1175,6 +1175,12 @@ impl<'s> Engine<'s> {
         let now = Duration::from_nanos(self.now);
         if let Some(took) = c.allocate(now) {
             run.decisions.record(took);
+            if let Some(step) = c.capacity_step() {
+                run.capacity_trace.push(CapacityTraceEntry {
+                    t: now.as_secs_f64(),
+                    step,
+                });
+            }
         }
         self.capacity_estimate = c.capacity();
         let decisions = &mut run.decisions;

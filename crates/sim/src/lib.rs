@@ -14,8 +14,10 @@
 
 mod cluster;
 pub mod engine;
+mod scale;
 
 pub use cluster::ExchangeStats;
+pub use scale::scale_scenario;
 
 use engine::{Engine, EngineOutput};
 use iofloor_scenario::{Control, Platform, RawRun, RunEnvironment, Scenario};

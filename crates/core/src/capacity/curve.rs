@@ -158,6 +158,18 @@ impl Curve {
         self.points.iter().map(|p| p.latency_us).reduce(f64::min)
     }
 
+    /// Whether a remembered point did a quarter less work than `new` at a
+    /// latency within noise of its: served work grew with the I/Os in
+    /// flight at one latency, the linear part of the curve, up to `new`.
+    /// Less apart is no evidence: a device at its plateau serves within a
+    /// few per cent of it whatever it is handed, at one latency.
+    pub(crate) fn linear_up_to(&self, new: &CurvePoint) -> bool {
+        self.points.iter().any(|p| {
+            p.served <= new.served * (1.0 - IN_FLIGHT_NOISE)
+                && p.latency_us * (1.0 + IN_FLIGHT_NOISE) >= new.latency_us
+        })
+    }
+
     /// The most a remembered point shows the device served.
     pub fn most_shown(&self) -> f64 {
         self.points.iter().map(|p| p.shown()).fold(0.0, f64::max)

@@ -221,6 +221,35 @@ fn a_floor_short_by_latency_steps_the_device_down_by_half_the_shortfall() {
 }
 
 #[test]
+fn a_ceiling_the_device_shows_no_queue_at_is_lifted() {
+    // A floor held short by a passing queue (a burst's, draining) sets a
+    // ceiling; where the device then answers at its least latency, nothing
+    // it bounds is latency, and it rises by a probe's step an interval.
+    let mut c = CapacityLoop::new(settings(), 1.0);
+    c.update(&seen(0.6, 1.2, 500.0));
+    c.update(&Observation {
+        floor_share: Some(0.8),
+        ..seen(0.97, 6.0, 1_500.0)
+    });
+    assert_eq!(c.verdict(), Verdict::LatencyBound);
+    let held = c.estimate();
+    assert!(held < 0.95, "{held}");
+    // Still waiting at twice its least latency: held.
+    let mut waiting = c.clone();
+    for _ in 0..20 {
+        waiting.update(&seen(waiting.estimate() * 0.97, 4.0, 1_000.0));
+        assert!(waiting.estimate() <= held + 1e-9, "{}", waiting.estimate());
+    }
+    let mut path = Vec::new();
+    for _ in 0..20 {
+        let served = c.estimate() * 0.97;
+        path.push(c.update(&seen(served, 2.0 * served, 500.0)));
+    }
+    assert!(path.windows(2).all(|w| w[1] >= w[0]), "{path:.3?}");
+    assert!(path[19] >= 0.99, "{path:.3?}");
+}
+
+#[test]
 fn a_device_that_got_faster_is_relearned() {
     // Held at 0.6 by another host's load, which then leaves: the same work
     // waits far less, and the loop climbs back to the model.
