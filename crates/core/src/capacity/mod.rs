@@ -421,7 +421,19 @@ impl CapacityLoop {
         // handed out, is its plateau, shown by a floor or not (an uncapped
         // tenant filling a device slower than its model).
         let below_handed = x < handed * (1.0 - SERVED_NOISE);
+        // A floor short behind a queue that holds, past what the device
+        // holds unqueued by more than the served noise of an interval's
+        // work: a backlog to drain, whatever the estimate handed out (the
+        // burst guards of tenants starting together let it in), not a
+        // latency to step down to (simulated cluster of 4 hosts × 5: a
+        // queue of 194 on 5 slots read so held the device at 0.66).
+        let backlog = obs.floor_share.is_some()
+            && waiting
+            && held
+            && !grew
+            && self.drain_share(&point, obs) < 1.0 - 2.0 * SERVED_NOISE;
         let overloaded = probe_failed
+            || backlog
             || (rose && waiting && !grew && below_handed)
             || (short && (first || rose || (waiting && held)) && (capped_short || !grew));
         // A falling queue is the last step down (or a burst's end) taking

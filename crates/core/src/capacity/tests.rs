@@ -221,6 +221,33 @@ fn a_floor_short_by_latency_steps_the_device_down_by_half_the_shortfall() {
 }
 
 #[test]
+fn a_floor_short_behind_a_standing_backlog_is_an_overload_to_drain() {
+    // Four noisy tenants start together on a 5-slot device, each let in by
+    // its burst guard: a queue of ~190 that holds at the device's plateau,
+    // more served than the estimate handed out. Drained, not stepped down
+    // to as a latency.
+    let mut c = CapacityLoop::new(settings(), 1.0);
+    c.update(&seen(0.6, 3.0, 1_870.0));
+    c.update(&Observation {
+        capped: false,
+        wants_more: false,
+        floor_share: Some(0.19),
+        ..seen(1.0, 189.0, 71_000.0)
+    });
+    c.update(&Observation {
+        floor_share: Some(0.36),
+        ..seen(1.0, 194.0, 72_700.0)
+    });
+    assert_eq!(c.verdict(), Verdict::Overloaded);
+    let step = c.last_step().unwrap();
+    assert!(matches!(step.phase, Phase::Draining { .. }), "{step:?}");
+    assert!((0.8..0.9).contains(&c.estimate()), "{}", c.estimate());
+    // Drained: the level it served at once.
+    c.update(&seen(c.estimate() * 0.97, 3.4, 1_950.0));
+    assert!(c.estimate() >= 0.99, "{}", c.estimate());
+}
+
+#[test]
 fn a_ceiling_the_device_shows_no_queue_at_is_lifted() {
     // A floor held short by a passing queue (a burst's, draining) sets a
     // ceiling; where the device then answers at its least latency, nothing
