@@ -59,8 +59,8 @@ use crate::error::ValidationError;
 use crate::hierarchy::{Claims, Tree};
 use crate::judge::Verdicts;
 use crate::model::{Caps, DeviceSample, Snapshot, TenantClass, TenantSample, Usage};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -261,7 +261,7 @@ impl FloorPolicy {
     pub fn new(params: FloorParams, ctx: PolicyContext) -> Self {
         FloorPolicy {
             mixes: MixMemory::default(),
-            state: HashMap::new(),
+            state: HashMap::default(),
             capacity: CapacityLoop::new(
                 CapacitySettings {
                     latency_target_us: params.latency_target.map(|t| t.0.as_secs_f64() * 1e6),
@@ -1069,7 +1069,7 @@ impl FloorPolicy {
             .collect();
         self.mixes.retain(snapshot.tenants);
         if self.state.len() > snapshot.tenants.len() {
-            let live: std::collections::HashSet<&str> = snapshot
+            let live: FxHashSet<&str> = snapshot
                 .tenants
                 .iter()
                 .map(|t| t.spec.name.as_str())
@@ -1392,16 +1392,19 @@ impl FloorPolicy {
                     } else {
                         priced.prev[i].since_floor_reached.saturating_add(1)
                     };
-                self.state.insert(
-                    t.spec.name.clone(),
-                    TenantState {
-                        cap: decided[i].cap,
-                        holds: decided[i].holds,
-                        latency_floor_us: priced.latency_floor[i],
-                        active: priced.usage[i] > 0.0,
-                        since_floor_reached,
-                    },
-                );
+                let state = TenantState {
+                    cap: decided[i].cap,
+                    holds: decided[i].holds,
+                    latency_floor_us: priced.latency_floor[i],
+                    active: priced.usage[i] > 0.0,
+                    since_floor_reached,
+                };
+                match self.state.get_mut(&t.spec.name) {
+                    Some(kept) => *kept = state,
+                    None => {
+                        self.state.insert(t.spec.name.clone(), state);
+                    }
+                }
                 match (decided[i].cap, priced.mixes[i]) {
                     (Some(c), Some(mix)) => cost.caps_for_cost(c, &mix),
                     // A limit on a tenant we have never seen do I/O: price it as 4 KiB random.
