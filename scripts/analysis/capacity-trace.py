@@ -12,6 +12,9 @@ what was served and what the floors need, the worst floor share, and the flags t
 (C a tenant capped, X a capped tenant short of its cap, W a tenant wants
 more, G a tenant gone) or the fault that held the estimate.
 
+In a cluster scenario the trace is the allocator's loop, one line a
+round, at the round's time.
+
 It reads a service-rig trace (`trace.json` kept by `scripts/service-rig.py
 --keep DIR`) the same way.
 
