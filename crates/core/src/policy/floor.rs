@@ -52,15 +52,15 @@
 //! step 5 holds group ceilings, and for a group enforced as one limit makes
 //! its members' caps add up to what the group as a whole may use.
 
-use super::{Feasibility, MixMemory, Policy, PolicyContext};
+use super::{Feasibility, MixMemory, Policy, PolicyContext, Roster};
 use crate::capacity::{CapacityLoop, CapacitySettings, Observation, Verdict};
 use crate::cost::CostModel;
 use crate::error::ValidationError;
 use crate::hierarchy::{Claims, Tree};
 use crate::judge::Verdicts;
 use crate::model::{Caps, DeviceSample, Snapshot, TenantClass, TenantSample, Usage};
-use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -236,7 +236,10 @@ pub struct FloorPolicy {
     params: FloorParams,
     ctx: PolicyContext,
     mixes: MixMemory,
-    state: HashMap<String, TenantState>,
+    state: Roster<TenantState>,
+    /// The tenants' tree of groups, built again only when their specs
+    /// change (`Roster::generation`).
+    tree: Option<(u64, Arc<Tree>)>,
     /// What the device really does for us, in cost units per second.
     capacity: CapacityLoop,
     feasibility: Option<Feasibility>,
@@ -261,7 +264,8 @@ impl FloorPolicy {
     pub fn new(params: FloorParams, ctx: PolicyContext) -> Self {
         FloorPolicy {
             mixes: MixMemory::default(),
-            state: HashMap::default(),
+            state: Roster::default(),
+            tree: None,
             capacity: CapacityLoop::new(
                 CapacitySettings {
                     latency_target_us: params.latency_target.map(|t| t.0.as_secs_f64() * 1e6),
@@ -331,7 +335,7 @@ impl FloorPolicy {
         let tenants = self.estimate_demand(snapshot, &priced, &device);
         let shares = self.share(&priced, &tenants, &device);
         let caps = self.caps(&priced, &device, &tenants, &shares);
-        self.remember(snapshot, &priced, &caps)
+        self.remember(priced, &caps)
     }
 }
 
@@ -361,7 +365,7 @@ struct Pricing {
     /// The tenants' groups; per node (tenants, then groups) the floor step 4
     /// shares by (tenants' claims, groups' whole floors), the ceiling and
     /// the weight, groups priced at their members' mix.
-    tree: Tree,
+    tree: Arc<Tree>,
     node_floor: Vec<f64>,
     /// Per node, the floors held ready ([`Pricing::reserved`], summed up).
     node_reserved: Vec<f64>,
@@ -988,6 +992,7 @@ impl FloorPolicy {
     /// cost model and the tenant's own I/O mix.
     fn price(&mut self, snapshot: &Snapshot) -> Pricing {
         let (mixes, prev) = self.recall(snapshot);
+        let tree = self.tree_of(snapshot);
         let cost = &self.ctx.cost;
         let usage: Vec<f64> = snapshot
             .tenants
@@ -1028,7 +1033,7 @@ impl FloorPolicy {
             node_floor: floor_costs.clone(),
             node_reserved: floor_costs.clone(),
             floor_costs,
-            tree: Tree::build(snapshot.tenants),
+            tree,
             node_ceiling,
             node_weight: snapshot
                 .tenants
@@ -1062,26 +1067,23 @@ impl FloorPolicy {
     /// Each tenant's I/O mix and what the policy held for it after the
     /// last interval; forgets the tenants that are gone.
     fn recall(&mut self, snapshot: &Snapshot) -> (Vec<Option<Usage>>, Vec<TenantState>) {
-        let mixes: Vec<_> = snapshot
-            .tenants
-            .iter()
-            .map(|t| self.mixes.observe(t))
-            .collect();
-        self.mixes.retain(snapshot.tenants);
-        if self.state.len() > snapshot.tenants.len() {
-            let live: FxHashSet<&str> = snapshot
-                .tenants
-                .iter()
-                .map(|t| t.spec.name.as_str())
-                .collect();
-            self.state.retain(|k, _| live.contains(k.as_str()));
-        }
-        let prev = snapshot
-            .tenants
-            .iter()
-            .map(|t| self.state.get(&t.spec.name).copied().unwrap_or_default())
-            .collect();
+        let mixes = self.mixes.observe(snapshot.tenants);
+        let prev = self.state.take(snapshot.tenants);
         (mixes, prev)
+    }
+
+    /// The tree of the tenants' groups, as built for the same specs before.
+    /// Called after [`FloorPolicy::recall`] has lined the memories up.
+    fn tree_of(&mut self, snapshot: &Snapshot) -> Arc<Tree> {
+        let generation = self.state.generation();
+        match &self.tree {
+            Some((built, tree)) if *built == generation => tree.clone(),
+            _ => {
+                let tree = Arc::new(Tree::build(snapshot.tenants));
+                self.tree = Some((generation, tree.clone()));
+                tree
+            }
+        }
     }
 
     /// Step 2: learn the device's capacity (crate::capacity), decide
@@ -1372,47 +1374,45 @@ impl FloorPolicy {
 
     /// Keeps each tenant's cap and latency baseline for the next interval,
     /// and turns the caps into kernel limits at the tenant's mix.
-    fn remember(
-        &mut self,
-        snapshot: &Snapshot,
-        priced: &Pricing,
-        decided: &[Decided],
-    ) -> Vec<Caps> {
-        let cost = self.ctx.cost;
+    fn remember(&mut self, priced: Pricing, decided: &[Decided]) -> Vec<Caps> {
         let scale = self.floor_scale();
-        snapshot
-            .tenants
+        let Pricing {
+            mut prev,
+            mixes,
+            own_floors,
+            usage,
+            latency_floor,
+            ..
+        } = priced;
+        for (i, kept) in prev.iter_mut().enumerate() {
+            let promise = own_floors[i] * scale;
+            let since_floor_reached = if promise > 0.0 && usage[i] >= SHORT_OF_FLOOR * promise {
+                0
+            } else {
+                kept.since_floor_reached.saturating_add(1)
+            };
+            *kept = TenantState {
+                cap: decided[i].cap,
+                holds: decided[i].holds,
+                latency_floor_us: latency_floor[i],
+                active: usage[i] > 0.0,
+                since_floor_reached,
+            };
+        }
+        self.state.put_back(prev);
+        let cost = &self.ctx.cost;
+        let caps = decided
             .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let promise = priced.own_floors[i] * scale;
-                let since_floor_reached =
-                    if promise > 0.0 && priced.usage[i] >= SHORT_OF_FLOOR * promise {
-                        0
-                    } else {
-                        priced.prev[i].since_floor_reached.saturating_add(1)
-                    };
-                let state = TenantState {
-                    cap: decided[i].cap,
-                    holds: decided[i].holds,
-                    latency_floor_us: priced.latency_floor[i],
-                    active: priced.usage[i] > 0.0,
-                    since_floor_reached,
-                };
-                match self.state.get_mut(&t.spec.name) {
-                    Some(kept) => *kept = state,
-                    None => {
-                        self.state.insert(t.spec.name.clone(), state);
-                    }
-                }
-                match (decided[i].cap, priced.mixes[i]) {
-                    (Some(c), Some(mix)) => cost.caps_for_cost(c, &mix),
-                    // A limit on a tenant we have never seen do I/O: price it as 4 KiB random.
-                    (Some(c), None) => cost.caps_for_cost(c, &Default::default()),
-                    (None, _) => Caps::NONE,
-                }
+            .zip(&mixes)
+            .map(|(d, mix)| match (d.cap, mix) {
+                (Some(c), Some(mix)) => cost.caps_for_cost(c, mix),
+                // A limit on a tenant we have never seen do I/O: price it as 4 KiB random.
+                (Some(c), None) => cost.caps_for_cost(c, &Default::default()),
+                (None, _) => Caps::NONE,
             })
-            .collect()
+            .collect();
+        self.mixes.keep(mixes);
+        caps
     }
 }
 

@@ -34,12 +34,7 @@ impl Policy for StaticPolicy {
     }
 
     fn decide(&mut self, snapshot: &Snapshot) -> Vec<Caps> {
-        let mixes: Vec<_> = snapshot
-            .tenants
-            .iter()
-            .map(|t| self.mixes.observe(t))
-            .collect();
-        self.mixes.retain(snapshot.tenants);
+        let mixes = self.mixes.observe(snapshot.tenants);
         // A tenant's share is its floor's cost; without a floor, its weight
         // as a fraction of the default weight times an equal split.
         let equal = self.ctx.capacity / snapshot.tenants.len().max(1) as f64;
@@ -68,7 +63,7 @@ impl Policy for StaticPolicy {
         } else {
             0.0
         };
-        snapshot
+        let caps = snapshot
             .tenants
             .iter()
             .zip(shares.iter().zip(&mixes))
@@ -85,7 +80,9 @@ impl Policy for StaticPolicy {
                     _ => Caps::NONE,
                 }
             })
-            .collect()
+            .collect();
+        self.mixes.keep(mixes);
+        caps
     }
 }
 
