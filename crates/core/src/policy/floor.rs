@@ -373,6 +373,8 @@ struct Pricing {
     node_weight: Vec<f64>,
     /// Each tenant's best latency seen, for starvation (step 3).
     latency_floor: Vec<Option<f64>>,
+    /// The cap that held each tenant over the interval ([`held_at`]).
+    held: Vec<Option<f64>>,
     /// For a member of a group enforced as one limit, whether it presses
     /// against that limit ([`pressing_under_one_limit`]); `None` for any
     /// other tenant, judged against its own cap.
@@ -1040,22 +1042,22 @@ impl FloorPolicy {
                 .iter()
                 .map(|t| t.spec.weight.max(1e-9))
                 .collect(),
+            held: snapshot
+                .tenants
+                .iter()
+                .zip(&prev)
+                .map(|(t, st)| held_at(st.cap, t, cost))
+                .collect(),
             presses_one_limit: Vec::new(),
             mixes,
             prev,
         };
-        let known: Vec<Option<f64>> = snapshot
-            .tenants
-            .iter()
-            .zip(&pricing.prev)
-            .map(|(t, st)| held_at(st.cap, t, cost))
-            .collect();
         pricing.presses_one_limit = pressing_under_one_limit(
             &pricing.tree,
             &pricing.own_floors,
             &pricing.node_ceiling,
             &pricing.usage,
-            &known,
+            &pricing.held,
             self.params.pressing,
         );
         if !pricing.tree.is_flat() {
@@ -1226,27 +1228,19 @@ impl FloorPolicy {
         device: &DeviceVerdict,
     ) -> Vec<Priced> {
         let p = &self.params;
-        let cost = &self.ctx.cost;
         snapshot
             .tenants
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let mix = priced.mixes[i].unwrap_or_default();
                 let floor = priced.floor_costs[i];
-                let ceiling = t
-                    .spec
-                    .ceiling
-                    .and_then(|c| cost.rate_to_cost(c, &mix))
-                    .unwrap_or(f64::INFINITY);
+                let ceiling = priced.node_ceiling[i];
                 let u = priced.usage[i];
                 // Only I/O presses: an idle tenant under any cap is not held.
                 // Under one limit the caps in force are the members' parts
                 // of it, which hold none of them alone.
                 let pressing = priced.presses_one_limit[i].unwrap_or_else(|| {
-                    u > 0.0
-                        && held_at(priced.prev[i].cap, t, cost)
-                            .is_some_and(|cap| u >= p.pressing * cap)
+                    u > 0.0 && priced.held[i].is_some_and(|cap| u >= p.pressing * cap)
                 });
                 let latency = t.usage.and_then(|u| u.latency_us);
                 let starved = u > 0.0
@@ -1314,10 +1308,10 @@ impl FloorPolicy {
             device.to_share,
             self.params.class_priority,
         );
-        Shares {
-            alloc: shares.alloc[..n].to_vec(),
-            entitlement: shares.entitlement[..n].to_vec(),
-        }
+        let (mut alloc, mut entitlement) = (shares.alloc, shares.entitlement);
+        alloc.truncate(n);
+        entitlement.truncate(n);
+        Shares { alloc, entitlement }
     }
 
     /// Per group, its floor while it is starved, else 0: below its floor

@@ -404,35 +404,35 @@ pub(crate) fn price_groups(
     cost: &CostModel,
 ) -> PricedGroups {
     use crate::model::DirUsage;
-    let sum = |pick: fn(&Usage) -> f64| {
-        let per_leaf: Vec<f64> = mixes.iter().map(|m| m.as_ref().map_or(0.0, pick)).collect();
-        tree.sum_up(&per_leaf)
-    };
-    let parts = [
-        sum(|u| u.read.ios),
-        sum(|u| u.read.bytes),
-        sum(|u| u.read.seq_ios),
-        sum(|u| u.write.ios),
-        sum(|u| u.write.bytes),
-        sum(|u| u.write.seq_ios),
-    ];
+    let parts = tree.sum_up_each(mixes.iter().map(|m| {
+        m.map_or([0.0; 6], |u| {
+            [
+                u.read.ios,
+                u.read.bytes,
+                u.read.seq_ios,
+                u.write.ios,
+                u.write.bytes,
+                u.write.seq_ios,
+            ]
+        })
+    }));
     let mut out = PricedGroups {
         floor: Vec::with_capacity(tree.groups().len()),
         ceiling: Vec::with_capacity(tree.groups().len()),
         weight: Vec::with_capacity(tree.groups().len()),
     };
     for (k, g) in tree.groups().iter().enumerate() {
-        let node = tree.leaves() + k;
+        let [r_ios, r_bytes, r_seq, w_ios, w_bytes, w_seq] = parts[tree.leaves() + k];
         let mix = Usage {
             read: DirUsage {
-                ios: parts[0][node],
-                bytes: parts[1][node],
-                seq_ios: parts[2][node],
+                ios: r_ios,
+                bytes: r_bytes,
+                seq_ios: r_seq,
             },
             write: DirUsage {
-                ios: parts[3][node],
-                bytes: parts[4][node],
-                seq_ios: parts[5][node],
+                ios: w_ios,
+                bytes: w_bytes,
+                seq_ios: w_seq,
             },
             latency_us: None,
         };
@@ -555,6 +555,9 @@ mod tests {
         let generation = roster.generation();
         let after = vec![tenant("a", Some(100.0), writes(1.0), Caps::NONE)];
         assert_eq!(roster.take(&after), [7], "the memory stays with the name");
-        assert!(roster.generation() > generation, "what the specs give is rebuilt");
+        assert!(
+            roster.generation() > generation,
+            "what the specs give is rebuilt"
+        );
     }
 }
