@@ -1,4 +1,4 @@
-//! The allocator at cluster scale: one round over 100 hosts × 100 tenants
+//! The allocator at cluster scale: one round over up to 1,000 hosts × 100 tenants
 //! (decision time), and the bytes each host writes and reads through etcd per
 //! interval (its report and its allocation), printed once.
 
@@ -50,7 +50,7 @@ fn reports(hosts: usize, per_host: usize) -> Vec<HostReport> {
 fn allocate(c: &mut Criterion) {
     let mut group = c.benchmark_group("allocate");
     group.sample_size(20);
-    for (hosts, per_host) in [(4, 5), (10, 100), (100, 100)] {
+    for (hosts, per_host) in [(4, 5), (10, 100), (100, 100), (1000, 100)] {
         let reports = reports(hosts, per_host);
         let mut allocator = Allocator::new(
             "array",

@@ -1,5 +1,6 @@
 //! The cluster at scale in the simulator: hosts × tenants sharing one
-//! device, every host's agent and the allocator run as `iofloor run` runs
+//! device (up to 1,000 hosts × 100 tenants, a noisy tenant on a tenth of
+//! them), every host's agent and the allocator run as `iofloor run` runs
 //! them (etcd modelled). Prints, per size, the allocator's round time (mean
 //! and longest), what each host writes (its report) and reads (its
 //! allocation) per interval, the floors kept against each host alone and no
@@ -42,12 +43,18 @@ fn floor_miss(sc: &Scenario, out: &iofloor_sim::engine::EngineOutput) -> f64 {
 
 fn main() {
     let only: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    for (hosts, per_host, seconds) in [(4, 5, 60), (10, 100, 60), (100, 100, 40)] {
+    // (hosts, tenants per host, a noisy tenant on every n-th host, seconds)
+    for (hosts, per_host, noisy_every, seconds) in [
+        (4, 5, 1, 60),
+        (10, 100, 1, 60),
+        (100, 100, 1, 40),
+        (1000, 100, 10, 30),
+    ] {
         let size = format!("{hosts}x{per_host}");
         if only.as_ref().is_some_and(|o| *o != size) {
             continue;
         }
-        let sc = scale_scenario(hosts, per_host, seconds);
+        let sc = scale_scenario(hosts, per_host, noisy_every, seconds);
         let started = Instant::now();
         let out = simulate(&sc, Some(Control::Policy(PolicyKind::Floor)), &|_| {});
         let wall = started.elapsed();

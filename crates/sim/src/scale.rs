@@ -4,13 +4,16 @@
 use iofloor_scenario::Scenario;
 use std::fmt::Write;
 
-/// `hosts` hosts of `per_host` tenants on one device: on each host one noisy
-/// tenant (8 processes × QD 32 of random 4 KiB reads, no floor) from 5 s,
-/// the others asking 100 IOPS at QD 1 with a floor of 80. The device serves
-/// the quiet tenants' demand at 60 % of its capacity, with 2 ms service
-/// times: the noisy tenants' queues alone would take the quiet ones' floors.
-pub fn scale_scenario(hosts: usize, per_host: usize, seconds: u32) -> Scenario {
-    let quiet_demand = (hosts * (per_host - 1)) as f64 * 100.0;
+/// `hosts` hosts of `per_host` tenants on one device: on every
+/// `noisy_every`-th host one noisy tenant (8 processes × QD 32 of random
+/// 4 KiB reads, no floor) from 5 s, every other tenant asking 100 IOPS at
+/// QD 1 with a floor of 80. The device serves the quiet tenants' demand at
+/// 60 % of its capacity, with 2 ms service times: the noisy tenants' queues
+/// alone would take the quiet ones' floors.
+pub fn scale_scenario(hosts: usize, per_host: usize, noisy_every: usize, seconds: u32) -> Scenario {
+    let noisy_every = noisy_every.max(1);
+    let noisy_hosts = hosts.div_ceil(noisy_every);
+    let quiet_demand = (hosts * per_host - noisy_hosts) as f64 * 100.0;
     let iops = (quiet_demand / 0.6).round();
     let parallelism = ((iops * 0.002).round() as u32).clamp(4, 65536);
     let mut s = format!(
@@ -22,7 +25,7 @@ pub fn scale_scenario(hosts: usize, per_host: usize, seconds: u32) -> Scenario {
     for h in 0..hosts {
         for t in 0..per_host {
             let name = format!("h{h:03}-t{t:03}");
-            if t == 0 {
+            if t == 0 && h % noisy_every == 0 {
                 let _ = write!(
                     s,
                     "[[tenant]]\nname = \"{name}\"\nhost = \"h{h:03}\"\nnoisy = true\n\

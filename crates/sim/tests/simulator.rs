@@ -643,7 +643,7 @@ fn a_cluster_keeps_floors_that_hosts_alone_cannot() {
 #[test]
 fn a_cluster_keeps_floors_as_its_hosts_alone_do_and_the_device_as_busy() {
     for (hosts, per_host) in [(10, 20), (4, 5)] {
-        let sc = iofloor_sim::scale_scenario(hosts, per_host, 60);
+        let sc = iofloor_sim::scale_scenario(hosts, per_host, 1, 60);
         let m = measured(&sc, &[PolicyKind::Floor]);
         let (cluster, alone) = (&m["floor"], &m["floor-hosts-alone"]);
         let wc = cluster.work_conservation.unwrap();
