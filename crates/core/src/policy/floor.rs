@@ -59,6 +59,7 @@ use crate::error::ValidationError;
 use crate::hierarchy::{Claims, Tree};
 use crate::judge::Verdicts;
 use crate::model::{Caps, DeviceSample, Snapshot, TenantClass, TenantSample, Usage};
+use crate::units::Rate;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -486,21 +487,14 @@ impl Pricing {
     }
 }
 
-/// Each tenant's best latency seen (drifting up slowly, so that a baseline
+/// A tenant's best latency seen (drifting up slowly, so that a baseline
 /// from another load does not stay for ever), for starvation (step 3).
-fn latency_floors(snapshot: &Snapshot, prev: &[TenantState]) -> Vec<Option<f64>> {
-    snapshot
-        .tenants
-        .iter()
-        .zip(prev)
-        .map(|(t, st)| {
-            let seen = t.usage.and_then(|u| u.latency_us).filter(|l| *l > 0.0);
-            match (st.latency_floor_us, seen) {
-                (Some(b), Some(l)) => Some(l.min(b * LATENCY_BASELINE_DRIFT)),
-                (b, l) => b.or(l),
-            }
-        })
-        .collect()
+fn latency_floor_of(t: &TenantSample, st: &TenantState) -> Option<f64> {
+    let seen = t.usage.and_then(|u| u.latency_us).filter(|l| *l > 0.0);
+    match (st.latency_floor_us, seen) {
+        (Some(b), Some(l)) => Some(l.min(b * LATENCY_BASELINE_DRIFT)),
+        (b, l) => b.or(l),
+    }
 }
 
 /// Step 2's result: what the device can do and whether it is contended.
@@ -996,58 +990,51 @@ impl FloorPolicy {
         let (mixes, prev) = self.recall(snapshot);
         let tree = self.tree_of(snapshot);
         let cost = &self.ctx.cost;
-        let usage: Vec<f64> = snapshot
-            .tenants
-            .iter()
-            .zip(&prev)
-            .map(|(t, st)| match t.usage {
+        // One pass over the tenants, each one's spec read once: at 10,000
+        // tenants a pass per figure met every spec again out of cache.
+        let n = snapshot.tenants.len();
+        let mut usage = Vec::with_capacity(n);
+        let mut floor_costs = Vec::with_capacity(n);
+        let mut node_ceiling = Vec::with_capacity(tree.nodes());
+        let mut node_weight = Vec::with_capacity(tree.nodes());
+        let mut promised = Vec::with_capacity(n);
+        let mut held = Vec::with_capacity(n);
+        let mut latency_floor = Vec::with_capacity(n);
+        for ((t, st), mix) in snapshot.tenants.iter().zip(&prev).zip(&mixes) {
+            let priced_at_mix = |rate: Option<Rate>| {
+                rate.and_then(|r| cost.rate_to_cost(r, &mix.unwrap_or_default()))
+            };
+            usage.push(match t.usage {
                 Some(u) => cost.cost_rate(&u),
                 // No trustworthy sample: assume it used what it was allowed.
                 None => st.cap.unwrap_or(0.0),
-            })
-            .collect();
-        let priced_at_mix = |rate: Option<crate::units::Rate>, mix: &Option<Usage>| {
-            rate.and_then(|r| cost.rate_to_cost(r, &mix.unwrap_or_default()))
+            });
+            floor_costs.push(priced_at_mix(t.spec.floor).unwrap_or(0.0));
+            node_ceiling.push(priced_at_mix(t.spec.ceiling).unwrap_or(f64::INFINITY));
+            node_weight.push(t.spec.weight.max(1e-9));
+            promised.push(t.spec.floor.is_some());
+            held.push(held_at(st.cap, t, cost));
+            latency_floor.push(latency_floor_of(t, st));
+        }
+        let with_room_for_groups = |v: &Vec<f64>| {
+            let mut node = Vec::with_capacity(tree.nodes());
+            node.extend_from_slice(v);
+            node
         };
-        let floor_costs: Vec<f64> = snapshot
-            .tenants
-            .iter()
-            .zip(&mixes)
-            .map(|(t, mix)| priced_at_mix(t.spec.floor, mix).unwrap_or(0.0))
-            .collect();
-        let node_ceiling: Vec<f64> = snapshot
-            .tenants
-            .iter()
-            .zip(&mixes)
-            .map(|(t, mix)| priced_at_mix(t.spec.ceiling, mix).unwrap_or(f64::INFINITY))
-            .collect();
         let mut pricing = Pricing {
-            latency_floor: latency_floors(snapshot, &prev),
+            latency_floor,
             total: usage.iter().sum(),
             usage,
             own_floors: floor_costs.clone(),
-            promised: snapshot
-                .tenants
-                .iter()
-                .map(|t| t.spec.floor.is_some())
-                .collect(),
+            promised,
             reserved: floor_costs.clone(),
-            node_floor: floor_costs.clone(),
+            node_floor: with_room_for_groups(&floor_costs),
             node_reserved: floor_costs.clone(),
             floor_costs,
             tree,
             node_ceiling,
-            node_weight: snapshot
-                .tenants
-                .iter()
-                .map(|t| t.spec.weight.max(1e-9))
-                .collect(),
-            held: snapshot
-                .tenants
-                .iter()
-                .zip(&prev)
-                .map(|(t, st)| held_at(st.cap, t, cost))
-                .collect(),
+            node_weight,
+            held,
             presses_one_limit: Vec::new(),
             mixes,
             prev,
