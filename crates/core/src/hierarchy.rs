@@ -593,11 +593,9 @@ pub(crate) fn water_fill(
         .map(|&i| ((want[i] - alloc[i]) / weight[i], i))
         .collect();
     open.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let open: Vec<usize> = open.into_iter().map(|(_, i)| i).collect();
-    let mut weight_left: f64 = open.iter().map(|&i| weight[i]).sum();
+    let mut weight_left: f64 = open.iter().map(|&(_, i)| weight[i]).sum();
     let mut level = 0.0;
-    for (n, &i) in open.iter().enumerate() {
-        let need = (want[i] - alloc[i]) / weight[i];
+    for (n, &(need, i)) in open.iter().enumerate() {
         let step = need - level;
         if step * weight_left <= budget {
             budget -= step * weight_left;
@@ -605,16 +603,16 @@ pub(crate) fn water_fill(
             weight_left -= weight[i];
         } else {
             level += budget / weight_left;
-            for &j in &open[n..] {
+            for &(_, j) in &open[n..] {
                 alloc[j] += level * weight[j];
             }
-            for &j in &open[..n] {
+            for &(_, j) in &open[..n] {
                 alloc[j] = want[j];
             }
             return 0.0;
         }
     }
-    for &i in &open {
+    for &(_, i) in &open {
         alloc[i] = want[i];
     }
     budget
