@@ -1,7 +1,7 @@
 //! The shipped scenarios, built into the binary so `iofloor sim noisy-4` works
 //! from anywhere. The files in `scenarios/` are the source.
 
-const BUILTIN: [(&str, &str); 28] = [
+const BUILTIN: [(&str, &str); 29] = [
     ("noisy-4", include_str!("../../../scenarios/noisy-4.toml")),
     ("noisy-20", include_str!("../../../scenarios/noisy-20.toml")),
     ("size-mix", include_str!("../../../scenarios/size-mix.toml")),
@@ -21,6 +21,10 @@ const BUILTIN: [(&str, &str); 28] = [
     ("sawing", include_str!("../../../scenarios/sawing.toml")),
     ("backup", include_str!("../../../scenarios/backup.toml")),
     ("orphan", include_str!("../../../scenarios/orphan.toml")),
+    (
+        "already-noisy",
+        include_str!("../../../scenarios/already-noisy.toml"),
+    ),
     (
         "noisy-4-cluster",
         include_str!("../../../scenarios/noisy-4-cluster.toml"),
