@@ -546,43 +546,54 @@ impl TenantEvidence {
     /// `scale`: the share of every floor the last decision could give (1
     /// while the floors fit; below it, the declared fallback's factor).
     fn read(p: &FloorParams, priced: &Pricing, scale: f64) -> Self {
-        let usage = &priced.usage;
-        let active = || usage.iter().enumerate().filter(|(_, &u)| u > 0.0);
         let holding = |i: usize| priced.prev[i].cap.filter(|_| priced.prev[i].holds);
-        // Short by the device: a whole interval (it was active in the last)
-        // below what it is promised, no cap of ours holding it there, and
-        // its promise used within the loop's memory: a tenant that never
-        // asks for its floor is not held short by anything.
-        // A member of a group held as one limit is short by that limit's
-        // queue, ours, whatever the device does.
-        let tenant_share = active()
-            .filter(|&(i, &u)| {
-                priced.prev[i].active
-                    && priced.prev[i].since_floor_reached <= crate::capacity::MEMORY_INTERVALS
-                    && priced.presses_one_limit[i].is_none()
-                    && holding(i).is_none_or(|cap| u < HELD_AT_CAP * cap)
-            })
-            .map(|(i, &u)| u / (priced.own_floors[i] * scale))
-            .filter(|share| *share < SHORT_OF_FLOOR)
-            .reduce(f64::min);
-        let floor_share = match (tenant_share, group_floor_share(priced, holding, scale)) {
+        // One pass over the tenants (at 10,000 a pass per figure showed).
+        let mut tenant_share: Option<f64> = None;
+        let mut evidence = TenantEvidence {
+            capped: false,
+            // As `Iterator::sum` starts: the figures stay what they were.
+            capped_shortfall: -0.0,
+            wants_more: false,
+            floor_share: None,
+            departed: false,
+        };
+        for (i, &u) in priced.usage.iter().enumerate() {
+            let prev = &priced.prev[i];
+            if u <= 0.0 {
+                // A tenant with a floor that stopped: in its last interval
+                // it used less than its floor, which looked like the device
+                // holding it.
+                evidence.departed |= prev.active && priced.own_floors[i] > 0.0;
+                continue;
+            }
+            let held = holding(i);
+            // Short by the device: a whole interval (it was active in the
+            // last) below what it is promised, no cap of ours holding it
+            // there, and its promise used within the loop's memory: a
+            // tenant that never asks for its floor is not held short by
+            // anything. A member of a group held as one limit is short by
+            // that limit's queue, ours, whatever the device does.
+            if prev.active
+                && prev.since_floor_reached <= crate::capacity::MEMORY_INTERVALS
+                && priced.presses_one_limit[i].is_none()
+                && held.is_none_or(|cap| u < HELD_AT_CAP * cap)
+            {
+                let share = u / (priced.own_floors[i] * scale);
+                if share < SHORT_OF_FLOOR {
+                    tenant_share = Some(tenant_share.map_or(share, |s: f64| s.min(share)));
+                }
+            }
+            if let Some(cap) = held {
+                evidence.capped = true;
+                evidence.capped_shortfall += (cap - u).max(0.0);
+            }
+            evidence.wants_more |= prev.cap.is_some_and(|cap| u >= p.pressing * cap);
+        }
+        evidence.floor_share = match (tenant_share, group_floor_share(priced, holding, scale)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        TenantEvidence {
-            capped: active().any(|(i, _)| holding(i).is_some()),
-            capped_shortfall: active()
-                .filter_map(|(i, &u)| holding(i).map(|cap| (cap - u).max(0.0)))
-                .sum(),
-            wants_more: active()
-                .any(|(i, &u)| priced.prev[i].cap.is_some_and(|cap| u >= p.pressing * cap)),
-            floor_share,
-            // A tenant with a floor that stopped: in its last interval it
-            // used less than its floor, which looked like the device
-            // holding it.
-            departed: (0..usage.len())
-                .any(|i| priced.prev[i].active && usage[i] <= 0.0 && priced.own_floors[i] > 0.0),
-        }
+        evidence
     }
 }
 
