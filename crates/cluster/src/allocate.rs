@@ -697,9 +697,6 @@ mod tests {
         assert!(later.ghosts.is_empty(), "the operator's timeout is up");
     }
 
-    /// A new allocator after a takeover: `batch` was held at 1,500 IOPS by
-    /// the caps in force (its host's fallback rule) and used 1,200. Its
-    /// first rounds never raise a cap above that; later ones may.
     /// The allocator keeps each host's tenants between rounds while they
     /// stay the same, and decides by a host's new promise the round it
     /// reports one.
@@ -732,6 +729,9 @@ mod tests {
         assert_eq!(a.specs["h1"].qualified[0].name, "h1/db");
     }
 
+    /// A new allocator after a takeover: `batch` was held at 1,500 IOPS by
+    /// the caps in force (its host's fallback rule) and used 1,200. Its
+    /// first rounds never raise a cap above that; later ones may.
     #[test]
     fn a_new_allocators_first_rounds_never_raise_a_cap_above_the_one_in_force() {
         let in_force = Caps {

@@ -307,7 +307,7 @@ impl<T: Default> Roster<T> {
     /// The memories lined up with `tenants`, lent out to be given back with
     /// [`Roster::put_back`]: a new tenant starts from `T::default()`, a gone
     /// one is forgotten. Lent rather than copied: at 10,000 tenants a copy
-    /// a decision was half a megabyte of fresh pages.
+    /// moved half a megabyte each decision.
     pub(crate) fn take(&mut self, tenants: &[TenantSample]) -> Vec<T> {
         let same_specs = self.specs.len() == tenants.len()
             && self
