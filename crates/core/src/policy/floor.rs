@@ -1404,8 +1404,8 @@ impl FloorPolicy {
             return;
         }
         let scale = self.floor_scale();
-        let short: Vec<usize> = (0..priced.usage.len())
-            .filter(|&i| {
+        let short: Vec<bool> = (0..priced.usage.len())
+            .map(|i| {
                 let (u, promise) = (priced.usage[i], priced.own_floors[i] * scale);
                 u > 0.0
                     && u < SHORT_OF_FLOOR * promise
@@ -1414,12 +1414,12 @@ impl FloorPolicy {
                     && priced.held[i].is_none_or(|cap| u < HELD_AT_CAP * cap)
             })
             .collect();
-        let their_queue: f64 = short
-            .iter()
-            .filter_map(|&i| snapshot.tenants[i].usage)
+        let their_queue: f64 = (0..short.len())
+            .filter(|&i| short[i])
+            .filter_map(|i| snapshot.tenants[i].usage)
             .map(|u| u.iops() * u.latency_us.unwrap_or(0.0) * 1e-6)
             .sum();
-        if short.is_empty() || dev.avg_queue <= NOT_THEIR_QUEUE * their_queue.max(1.0) {
+        if !short.contains(&true) || dev.avg_queue <= NOT_THEIR_QUEUE * their_queue.max(1.0) {
             return;
         }
         let active = |i: &usize| priced.usage[*i] > 0.0;
@@ -1427,7 +1427,7 @@ impl FloorPolicy {
         let floors: f64 = (0..n).filter(active).map(|i| priced.reserved[i]).sum();
         let weights: f64 = (0..n).filter(active).map(|i| priced.node_weight[i]).sum();
         let spare = (self.params.target_utilisation * device.capacity - floors).max(0.0);
-        for j in (0..n).filter(active).filter(|j| !short.contains(j)) {
+        for j in (0..n).filter(active).filter(|&j| !short[j]) {
             let entitled = priced.reserved[j] + spare * priced.node_weight[j] / weights;
             if priced.usage[j] > entitled {
                 let cap = entitled.max(MIN_CAP * device.capacity) * ENFORCEMENT_MARGIN;
