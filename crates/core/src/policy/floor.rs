@@ -826,13 +826,16 @@ impl<'a> CapRules<'a> {
         // A tenant back from idle shares the spare with those pressing for
         // more of it (the burst guard); with `class_priority` a container
         // shares it with containers only.
-        let pressing_weight = |containers_only: bool| -> f64 {
-            (0..tenants.len())
-                .filter(|&j| shares.alloc[j] < tenants[j].demand.min(tenants[j].ceiling))
-                .filter(|&j| !containers_only || tenants[j].class == TenantClass::Container)
-                .map(|j| priced.node_weight[j])
-                .sum()
-        };
+        // The weight pressing for more, of every tenant and of containers.
+        let mut pressing_weight = [-0.0, -0.0];
+        for j in (0..tenants.len())
+            .filter(|&j| shares.alloc[j] < tenants[j].demand.min(tenants[j].ceiling))
+        {
+            pressing_weight[0] += priced.node_weight[j];
+            if tenants[j].class == TenantClass::Container {
+                pressing_weight[1] += priced.node_weight[j];
+            }
+        }
         CapRules {
             params,
             priced,
@@ -846,7 +849,7 @@ impl<'a> CapRules<'a> {
             floors_fit,
             lent: lent_by_siblings(priced, tenants, shares),
             spare: (can_give - entitled).max(0.0),
-            pressing_weight: [pressing_weight(false), pressing_weight(true)],
+            pressing_weight,
         }
     }
 
@@ -1128,11 +1131,13 @@ impl FloorPolicy {
         // reach). Never all of it: a foreign estimate that outlived the load
         // must not leave the floors nothing.
         let capacity = (capacity - foreign / p.target_utilisation).max(MIN_OURS * capacity);
-        let active = priced.usage.iter().filter(|&&u| u > 0.0).count();
-        let floors: f64 = (0..priced.usage.len())
-            .filter(|&i| priced.usage[i] > 0.0)
-            .map(|i| priced.reserved[i])
-            .sum();
+        let (mut active, mut floors) = (0, -0.0);
+        for (&u, &reserved) in priced.usage.iter().zip(&priced.reserved) {
+            if u > 0.0 {
+                active += 1;
+                floors += reserved;
+            }
+        }
         let can_give = p.target_utilisation * capacity;
         self.feasibility = Some(Feasibility {
             capacity,
