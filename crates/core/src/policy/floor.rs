@@ -39,12 +39,13 @@
 //!    (`decide_early`), so a burst or another host's step is answered within
 //!    a look, not at the interval's end.
 //! 6. Look at the device unqueued (BBR's ProbeRTT): a protected tenant short
-//!    of its floor and never seen at it within the capacity loop's memory,
-//!    behind a device queue far deeper than it keeps in flight, may be held
-//!    short by others' queue since before the service started. Every other
-//!    tenant above its entitlement is then held there for one interval, at
-//!    most once per memory, so the short tenant shows its floor and its
-//!    latency unqueued (or that it asks less).
+//!    of its floor and never seen at it since the policy started (tenants
+//!    not in groups), behind a device queue far deeper than it keeps in
+//!    flight while the policy holds nobody back, may be held short by
+//!    others' queue since before the service started. Every other tenant
+//!    above its entitlement is then held there for one interval, at most
+//!    once per memory, so the short tenant shows its floor and its latency
+//!    unqueued (or that it asks less).
 //!
 //! A cap is never set below what the tenant's floor entitles it to, unless the
 //! floors together exceed the device (admission control reports that case);
@@ -1385,13 +1386,14 @@ impl FloorPolicy {
     }
 
     /// Step 6: a look at the device unqueued (BBR's ProbeRTT). A protected
-    /// tenant short of its floor and never seen at it within the capacity
-    /// loop's memory may simply ask less, or be held short by the others'
+    /// tenant short of its floor and never seen at it since the policy
+    /// started may simply ask less, or be held short by the others'
     /// queue since before the service started: its latency baseline was
     /// taken on that queue, and nothing it shows tells the two apart (the
     /// shape sweep's `cut` case with a 40 % optimistic model: 75 % of its
-    /// windows missed, the policy doing nothing). Where the device's queue
-    /// is far deeper than what such tenants keep in flight, every other
+    /// windows missed, the policy doing nothing). Where the policy holds
+    /// nobody back and the device's queue is far deeper than what such
+    /// tenants keep in flight, every other
     /// tenant using more than its entitlement (its floor and its weight's
     /// part of what the floors leave) is held there for one interval, at
     /// most once per memory: a tenant held short shows its floor and its
@@ -1405,7 +1407,14 @@ impl FloorPolicy {
     ) {
         self.since_look = self.since_look.saturating_add(1);
         let Some(dev) = snapshot.device else { return };
-        if self.since_look <= crate::capacity::MEMORY_INTERVALS {
+        // Only while the policy holds nobody back: once it does, the short
+        // tenant's floor is in its hands. Members of groups are held by
+        // their groups' shares, which a member's own entitlement does not
+        // show.
+        if self.since_look <= crate::capacity::MEMORY_INTERVALS
+            || decided.iter().any(|d| d.holds)
+            || !priced.tree.is_flat()
+        {
             return;
         }
         let scale = self.floor_scale();
@@ -1414,7 +1423,7 @@ impl FloorPolicy {
                 let (u, promise) = (priced.usage[i], priced.own_floors[i] * scale);
                 u > 0.0
                     && u < SHORT_OF_FLOOR * promise
-                    && priced.prev[i].since_floor_reached > crate::capacity::MEMORY_INTERVALS
+                    && priced.prev[i].since_floor_reached == u32::MAX
                     && priced.presses_one_limit[i].is_none()
                     && priced.held[i].is_none_or(|cap| u < HELD_AT_CAP * cap)
             })
