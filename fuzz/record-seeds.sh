@@ -154,7 +154,7 @@ EOF
 kill "$qsd_pid"; wait "$qsd_pid" 2>/dev/null || true; qsd_pid=""
 # A QEMU 7.2 guest's query-blockstats answer, as the QMP backend's unit test
 # records it, and its query-status answers running and paused.
-python3 - crates/host/src/qmp_backend.rs "$corpus/qmp" <<'EOF'
+python3 - crates/host/src/backends/qmp.rs "$corpus/qmp" <<'EOF'
 import json, os, re, sys
 answer = re.search(r'const ANSWER: &str = r#"(.*?)"#;', open(sys.argv[1]).read(), re.S).group(1)
 out = sys.argv[2]

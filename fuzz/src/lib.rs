@@ -160,8 +160,8 @@ pub fn diskstats(data: &[u8]) -> bool {
 }
 
 pub fn qmp(data: &[u8]) -> bool {
+    use iofloor_host::backends::qmp::{counters_from_stats, find_stats, vm_running, QmpTarget};
     use iofloor_host::qmp::{parse_reply, Reply};
-    use iofloor_host::qmp_backend::{counters_from_stats, find_stats, vm_running, QmpTarget};
     let Ok(reply) = parse_reply(&text(data)) else {
         return false;
     };

@@ -1305,7 +1305,7 @@ impl Config {
                 }
                 uri
             }
-            _ => iofloor_host::libvirt::DEFAULT_URI.to_string(),
+            _ => iofloor_host::backends::libvirt::DEFAULT_URI.to_string(),
         };
         Ok(Config {
             file: path.to_path_buf(),

@@ -4,7 +4,7 @@
 //! and containers that come and go). Run each interval.
 
 use crate::config::{Config, TenantSource};
-use iofloor_host::libvirt::DomainInfo;
+use iofloor_host::backends::libvirt::DomainInfo;
 use std::path::{Path, PathBuf};
 
 /// A tenant found on the host.

@@ -42,7 +42,7 @@ pub enum Original {
         uuid: String,
         domain: String,
         disk: String,
-        tune: iofloor_host::libvirt::IoTune,
+        tune: iofloor_host::backends::libvirt::IoTune,
     },
 }
 

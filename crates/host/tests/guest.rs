@@ -11,7 +11,7 @@ use iofloor_core::policy::{self, PolicyContext, PolicyKind, PolicyParams};
 use iofloor_core::{
     Backend, Caps, Controller, CostModel, CostParams, Rate, TenantClass, TenantSpec,
 };
-use iofloor_host::qmp_backend::{QmpBackend, QmpTarget};
+use iofloor_host::backends::qmp::{QmpBackend, QmpTarget};
 use iofloor_host::HostError;
 use iofloor_testbed::guest::{Guest, DRIVE};
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 //! restart survived by reconnecting.
 
 use iofloor_core::{Backend, Caps, TenantClass, TenantSpec};
-use iofloor_host::libvirt::{IoTune, LibvirtBackend, DEFAULT_URI};
+use iofloor_host::backends::libvirt::{IoTune, LibvirtBackend, DEFAULT_URI};
 use iofloor_host::HostError;
 use iofloor_testbed::libvirt::{Daemon, Domain};
 use std::time::Duration;

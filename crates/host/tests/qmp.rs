@@ -3,8 +3,8 @@
 //! and against a fake monitor that answers garbage.
 
 use iofloor_core::{Backend, Caps, TenantClass, TenantSpec};
+use iofloor_host::backends::qmp::{QmpBackend, QmpTarget};
 use iofloor_host::fio::FioJob;
-use iofloor_host::qmp_backend::{QmpBackend, QmpTarget};
 use iofloor_testbed::rig::{Rig, RigSpec};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;

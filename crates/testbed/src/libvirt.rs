@@ -32,7 +32,7 @@ fn run(program: &str, args: &[&str]) -> Result<String> {
 
 /// `virsh -c qemu:///system ARGS`.
 pub fn virsh(args: &[&str]) -> Result<String> {
-    let mut all = vec!["-c", iofloor_host::libvirt::DEFAULT_URI];
+    let mut all = vec!["-c", iofloor_host::backends::libvirt::DEFAULT_URI];
     all.extend_from_slice(args);
     run("virsh", &all)
 }
