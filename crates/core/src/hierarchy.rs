@@ -181,27 +181,56 @@ impl Tree {
         weight: &[f64],
         want: &[f64],
     ) -> Vec<f64> {
-        let n = self.nodes();
+        let [floors] = self.effective_floors_each(own, ceiling, weight, [want]);
+        floors
+    }
+
+    /// [`Tree::effective_floors`] for `K` sets of wants at once: the floors
+    /// and ceilings summed up the tree once for all of them.
+    pub fn effective_floors_each<const K: usize>(
+        &self,
+        own: &[f64],
+        ceiling: &[f64],
+        weight: &[f64],
+        wants: [&[f64]; K],
+    ) -> [Vec<f64>; K] {
         let mut floor = own.to_vec();
-        let mut wants = self.per_node(want.iter().copied(), 0.0);
-        for &node in self.top_down.iter().rev() {
-            if node >= self.leaves {
-                let sum: f64 = self.children[node].iter().map(|&c| floor[c]).sum();
-                floor[node] = floor[node].max(sum);
-                let wanted: f64 = self.children[node].iter().map(|&c| wants[c]).sum();
-                wants[node] = wanted;
-            }
-        }
         // What each subtree could use at most: its ceilings.
         let mut reach: Vec<f64> = ceiling.to_vec();
         for &node in self.top_down.iter().rev() {
             if node >= self.leaves {
+                let sum: f64 = self.children[node].iter().map(|&c| floor[c]).sum();
+                floor[node] = floor[node].max(sum);
                 let members: f64 = self.children[node].iter().map(|&c| reach[c]).sum();
                 reach[node] = reach[node].min(members);
             }
         }
-        let mut effective = floor.clone();
-        let mut limit_scratch = vec![0.0; n];
+        let mut filler = WaterFill::default();
+        let mut limit = vec![0.0; self.nodes()];
+        wants.map(|want| {
+            let mut wants = self.per_node(want.iter().copied(), 0.0);
+            for &node in self.top_down.iter().rev() {
+                if node >= self.leaves {
+                    wants[node] = self.children[node].iter().map(|&c| wants[c]).sum();
+                }
+            }
+            self.spread_floors(&floor, &reach, weight, &wants, &mut filler, &mut limit)
+        })
+    }
+
+    /// Top-down, each group's floor to its members (see
+    /// [`Tree::effective_floors`]), given per node its floor, its reach and
+    /// what it wants, summed up; `limit` is scratch space of a node each.
+    fn spread_floors(
+        &self,
+        floor: &[f64],
+        reach: &[f64],
+        weight: &[f64],
+        wants: &[f64],
+        filler: &mut WaterFill,
+        limit: &mut [f64],
+    ) -> Vec<f64> {
+        let mut effective = floor.to_vec();
         for &node in &self.top_down {
             let kids = &self.children[node];
             if kids.is_empty() {
@@ -228,9 +257,9 @@ impl Tree {
                 continue;
             }
             for &c in kids {
-                limit_scratch[c] = wants[c].min(reach[c]);
+                limit[c] = wants[c].min(reach[c]);
             }
-            water_fill(kids, &mut effective, &limit_scratch, weight, surplus);
+            filler.fill(kids.iter().copied(), &mut effective, limit, weight, surplus);
         }
         // A part no member could take (all at their ceilings) is no floor:
         // a group's share is what its members got of it.
@@ -271,7 +300,8 @@ impl Tree {
         let entitled: Vec<f64> = (0..n).map(|i| claims.floor[i].min(demand[i])).collect();
         let mut alloc = vec![0.0; n];
         let mut entitlement = vec![0.0; n];
-        let split = |members: &[usize], budget: f64, out: &mut Vec<f64>| {
+        let mut filler = WaterFill::default();
+        let mut split = |members: &[usize], budget: f64, out: &mut Vec<f64>| {
             if budget.is_infinite() {
                 members.iter().for_each(|&c| out[c] = demand[c]);
                 return;
@@ -285,13 +315,12 @@ impl Tree {
             members.iter().for_each(|&c| out[c] = entitled[c]);
             let mut left = budget - sum;
             if class_priority {
-                let (containers, vms): (Vec<usize>, Vec<usize>) =
-                    members.iter().partition(|&&c| !vm[c]);
-                for pass in [containers, vms] {
-                    left = water_fill(&pass, out, &demand, claims.weight, left);
+                for vms in [false, true] {
+                    let pass = members.iter().copied().filter(|&c| vm[c] == vms);
+                    left = filler.fill(pass, out, &demand, claims.weight, left);
                 }
             } else {
-                water_fill(members, out, &demand, claims.weight, left);
+                filler.fill(members.iter().copied(), out, &demand, claims.weight, left);
             }
         };
         split(&self.roots, budget, &mut alloc);
@@ -370,6 +399,7 @@ impl Tree {
         let wanted_nodes = &tiers[4];
         // Top-down, the most each node may be allowed.
         let mut limit: Vec<f64> = vec![f64::INFINITY; n];
+        let mut filler = WaterFill::default();
         for &r in &self.roots {
             limit[r] = wanted_nodes[r];
         }
@@ -385,10 +415,9 @@ impl Tree {
             }
             kids.iter().for_each(|&c| limit[c] = 0.0);
             let mut budget = limit[node];
-            for tier in tiers.iter().take(4) {
-                budget = water_fill(kids, &mut limit, tier, weight, budget);
+            for tier in &tiers {
+                budget = filler.fill(kids.iter().copied(), &mut limit, tier, weight, budget);
             }
-            water_fill(kids, &mut limit, wanted_nodes, weight, budget);
         }
         for (i, cap) in caps.iter_mut().enumerate() {
             *cap = cap.min(limit[i]);
@@ -577,45 +606,61 @@ pub struct Shares {
 }
 
 /// Weighted water-filling: raises each `alloc[i]` towards `want[i]` in
-/// proportion to `weight[i]` until `budget` is spent. Returns what is left.
-pub(crate) fn water_fill(
-    members: &[usize],
-    alloc: &mut [f64],
-    want: &[f64],
-    weight: &[f64],
-    mut budget: f64,
-) -> f64 {
-    // Fill level per unit weight at which each member is satisfied, worked
-    // out once rather than in every comparison of the sort.
-    let mut open: Vec<(f64, usize)> = members
-        .iter()
-        .filter(|&&i| want[i] > alloc[i])
-        .map(|&i| ((want[i] - alloc[i]) / weight[i], i))
-        .collect();
-    open.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut weight_left: f64 = open.iter().map(|&(_, i)| weight[i]).sum();
-    let mut level = 0.0;
-    for (n, &(need, i)) in open.iter().enumerate() {
-        let step = need - level;
-        if step * weight_left <= budget {
-            budget -= step * weight_left;
-            level = need;
-            weight_left -= weight[i];
-        } else {
-            level += budget / weight_left;
-            for &(_, j) in &open[n..] {
-                alloc[j] += level * weight[j];
+/// proportion to `weight[i]` until `budget` is spent. Its sorting space is
+/// kept between calls: a tree of 1,000 groups fills a few thousand times in
+/// one decision, and an allocation each made a fifth of its cost.
+#[derive(Debug, Default)]
+pub(crate) struct WaterFill {
+    open: Vec<(f64, usize)>,
+}
+
+impl WaterFill {
+    /// Fills `members` (in ascending index) and returns what is left.
+    pub(crate) fn fill(
+        &mut self,
+        members: impl IntoIterator<Item = usize>,
+        alloc: &mut [f64],
+        want: &[f64],
+        weight: &[f64],
+        mut budget: f64,
+    ) -> f64 {
+        // Fill level per unit weight at which each member is satisfied,
+        // worked out once rather than in every comparison of the sort. A
+        // stable sort: ties keep the members' order, and where most needs
+        // are alike (every noisy tenant pressing) it sees the runs.
+        let open = &mut self.open;
+        open.clear();
+        open.extend(
+            members
+                .into_iter()
+                .filter(|&i| want[i] > alloc[i])
+                .map(|i| ((want[i] - alloc[i]) / weight[i], i)),
+        );
+        open.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut weight_left: f64 = open.iter().map(|&(_, i)| weight[i]).sum();
+        let mut level = 0.0;
+        for (n, &(need, i)) in open.iter().enumerate() {
+            let step = need - level;
+            if step * weight_left <= budget {
+                budget -= step * weight_left;
+                level = need;
+                weight_left -= weight[i];
+            } else {
+                level += budget / weight_left;
+                for &(_, j) in &open[n..] {
+                    alloc[j] += level * weight[j];
+                }
+                for &(_, j) in &open[..n] {
+                    alloc[j] = want[j];
+                }
+                return 0.0;
             }
-            for &(_, j) in &open[..n] {
-                alloc[j] = want[j];
-            }
-            return 0.0;
         }
+        for &(_, i) in open.iter() {
+            alloc[i] = want[i];
+        }
+        budget
     }
-    for &(_, i) in &open {
-        alloc[i] = want[i];
-    }
-    budget
 }
 
 #[cfg(test)]

@@ -492,8 +492,10 @@ impl Pricing {
             .map(|&u| if u > 0.0 { f64::INFINITY } else { 0.0 })
             .collect();
         let (floor, ceiling, weight) = (&self.node_floor, &self.node_ceiling, &self.node_weight);
-        let claims = self.tree.effective_floors(floor, ceiling, weight, &want);
-        self.node_reserved = self.tree.effective_floors(floor, ceiling, weight, &busy);
+        let [claims, reserved] =
+            self.tree
+                .effective_floors_each(floor, ceiling, weight, [&want, &busy]);
+        self.node_reserved = reserved;
         self.floor_costs.copy_from_slice(&claims[..n]);
         self.reserved.copy_from_slice(&self.node_reserved[..n]);
         // Step 4 shares a group's whole floor among its members, each
@@ -1584,10 +1586,10 @@ mod tests {
 
     #[test]
     fn water_fill_shares_by_weight_up_to_want() {
-        use crate::hierarchy::water_fill;
+        let mut filler = crate::hierarchy::WaterFill::default();
         let mut alloc = vec![0.0, 0.0, 0.0];
-        let left = water_fill(
-            &[0, 1, 2],
+        let left = filler.fill(
+            [0, 1, 2],
             &mut alloc,
             &[0.1, 10.0, 10.0],
             &[1.0, 1.0, 3.0],
@@ -1598,7 +1600,7 @@ mod tests {
         assert!((alloc[1] - 0.225).abs() < 1e-12, "{alloc:?}");
         assert!((alloc[2] - 0.675).abs() < 1e-12);
         let mut small = vec![0.0, 0.0];
-        let left = water_fill(&[0, 1], &mut small, &[0.1, 0.2], &[1.0, 1.0], 1.0);
+        let left = filler.fill([0, 1], &mut small, &[0.1, 0.2], &[1.0, 1.0], 1.0);
         assert!((left - 0.7).abs() < 1e-12);
     }
 
