@@ -141,28 +141,7 @@ impl AgentPlan<'_> {
             .iter()
             .enumerate()
             .filter(|(i, _)| self.tenant_host[*i] == h)
-            .map(|(i, t)| {
-                let s = &t.spec;
-                let mut e = toml::Table::new();
-                e.insert("name".into(), text(s.name.clone()));
-                e.insert(
-                    "cgroup".into(),
-                    text(session.tenant_cgroup(i).display().to_string()),
-                );
-                e.insert("class".into(), text(s.class.as_str().into()));
-                if let Some(f) = s.floor {
-                    e.insert("floor".into(), text(rate_text(f)));
-                }
-                if let Some(c) = s.ceiling {
-                    e.insert("ceiling".into(), text(rate_text(c)));
-                }
-                e.insert("weight".into(), Value::Float(s.weight));
-                e.insert(
-                    "latency_sensitive".into(),
-                    Value::Boolean(s.latency_sensitive),
-                );
-                Value::Table(e)
-            })
+            .map(|(i, t)| tenant_entry(&t.spec, session.tenant_cgroup(i)))
             .collect();
         let mut file = toml::Table::new();
         file.insert("interval".into(), duration(scenario.interval));
@@ -198,6 +177,29 @@ impl AgentPlan<'_> {
         toml::to_string(&file)
             .map_err(|e| BenchError::Failed(format!("writing the agents' config: {e}")))
     }
+}
+
+/// A tenant's `[[tenant]]` entry in an agent's config: the scenario's spec,
+/// found by its cgroup.
+fn tenant_entry(s: &iofloor_core::TenantSpec, cgroup: &Path) -> toml::Value {
+    use toml::Value;
+    let text = |s: String| Value::String(s);
+    let mut e = toml::Table::new();
+    e.insert("name".into(), text(s.name.clone()));
+    e.insert("cgroup".into(), text(cgroup.display().to_string()));
+    e.insert("class".into(), text(s.class.as_str().into()));
+    if let Some(f) = s.floor {
+        e.insert("floor".into(), text(rate_text(f)));
+    }
+    if let Some(c) = s.ceiling {
+        e.insert("ceiling".into(), text(rate_text(c)));
+    }
+    e.insert("weight".into(), Value::Float(s.weight));
+    e.insert(
+        "latency_sensitive".into(),
+        Value::Boolean(s.latency_sensitive),
+    );
+    Value::Table(e)
 }
 
 /// A value as a TOML table (the scenario's policy parameters and model are

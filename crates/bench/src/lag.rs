@@ -50,6 +50,22 @@ fn rate(a: (Instant, u64), b: (Instant, u64)) -> f64 {
     (b.1 - a.1) as f64 / (b.0 - a.0).as_secs_f64().max(1e-6)
 }
 
+/// Stops a trial's fio (SIGTERM: it ends its I/O cleanly) and removes its
+/// cgroup, also when the trial fails.
+struct Cleanup<'a>(&'a Path, std::path::PathBuf, Option<std::process::Child>);
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.2.take() {
+            if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
+            let _ = c.wait();
+        }
+        let _ = cgroup::remove_when_empty(self.0, &self.1, Duration::from_secs(10));
+    }
+}
+
 pub fn enforcement_lag(
     device: &Path,
     cgroup_root: &Path,
@@ -64,19 +80,6 @@ pub fn enforcement_lag(
     for t in 0..trials {
         let cg = std::path::PathBuf::from(format!("iofloor-lag-{}-{t}", std::process::id()));
         cgroup::create(cgroup_root, &cg)?;
-        /// Stops our fio (SIGTERM: it ends its I/O cleanly) and removes the cgroup.
-        struct Cleanup<'a>(&'a Path, std::path::PathBuf, Option<std::process::Child>);
-        impl Drop for Cleanup<'_> {
-            fn drop(&mut self) {
-                if let Some(mut c) = self.2.take() {
-                    if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
-                        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-                    }
-                    let _ = c.wait();
-                }
-                let _ = cgroup::remove_when_empty(self.0, &self.1, Duration::from_secs(10));
-            }
-        }
         let job = FioJob::new(
             format!("lag{t}"),
             device,

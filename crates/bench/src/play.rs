@@ -123,6 +123,32 @@ fn backends(opts: &BenchOptions, devs: &[DevId]) -> Result<Vec<HybridBackend>> {
         .collect()
 }
 
+/// The device each unmanaged load runs on: its own, this host's, or a
+/// second view of the rig standing for another host.
+fn place_unmanaged(
+    scenario: &Scenario,
+    opts: &BenchOptions,
+    session: &mut Session,
+) -> Result<Vec<PathBuf>> {
+    let rig = crate::rig_of(&opts.device, &opts.rig_state_dir);
+    let mut devices = Vec::with_capacity(scenario.unmanaged.len());
+    for u in &scenario.unmanaged {
+        devices.push(match (u.origin, &rig) {
+            _ if let Some(placed) = &u.device => placed.value.clone(),
+            (UnmanagedOrigin::ThisHost, _) => opts.device.clone(),
+            (UnmanagedOrigin::OtherHost, Some(rig)) => session.add_other_host_device(rig)?,
+            (UnmanagedOrigin::OtherHost, None) => {
+                return Err(BenchError::Invalid(format!(
+                    "unmanaged load `{}` from another host needs a rig behind {}",
+                    u.name,
+                    opts.device.display()
+                )))
+            }
+        });
+    }
+    Ok(devices)
+}
+
 /// Puts each tenant where it does its I/O, in its host's backend: a VM
 /// behind a QEMU path of its own (with `--vm-path`), else a cgroup on the
 /// host's device; returns each one's device.
@@ -332,22 +358,7 @@ impl<'s> Play<'s> {
             &mut backends,
             &work,
         )?;
-        let rig = crate::rig_of(&opts.device, &opts.rig_state_dir);
-        for u in &scenario.unmanaged {
-            let device = match (u.origin, &rig) {
-                _ if let Some(placed) = &u.device => placed.value.clone(),
-                (UnmanagedOrigin::ThisHost, _) => opts.device.clone(),
-                (UnmanagedOrigin::OtherHost, Some(rig)) => session.add_other_host_device(rig)?,
-                (UnmanagedOrigin::OtherHost, None) => {
-                    return Err(BenchError::Invalid(format!(
-                        "unmanaged load `{}` from another host needs a rig behind {}",
-                        u.name,
-                        opts.device.display()
-                    )))
-                }
-            };
-            tenant_device.push(device);
-        }
+        tenant_device.extend(place_unmanaged(scenario, opts, &mut session)?);
         let kernel = kernel
             .map(|peer| kernel_control(scenario, peer, opts, &session, devs[0]))
             .transpose()?;
@@ -433,23 +444,8 @@ impl<'s> Play<'s> {
             self.control(&mut clock, now, begun, &mut decisions);
             let demand = window_demand.get_or_insert_with(|| demand_now(&running));
             if now >= clock.next_window {
-                // The time the counters really span: a stop of slow fio
-                // processes may have held the loop past the window's end,
-                // and a 1 s divisor would then show a burst and a gap.
-                let span = (clock.last_window_at, now);
-                clock.last_window_at = now;
-                let (tenants, device) = self.measure(&mut meter, demand, span)?;
+                windows.extend(self.close_windows(&mut clock, &mut meter, demand, now)?);
                 *demand = demand_now(&running);
-                // Every window the span covers gets its mean rates, so
-                // window k stays second k (the latency logs are binned so).
-                while clock.next_window <= now {
-                    windows.push(Window {
-                        t: clock.next_window.as_secs_f64() - 1.0,
-                        tenants: tenants.clone(),
-                        device: device.clone(),
-                    });
-                    clock.next_window += Duration::from_secs(1);
-                }
                 progress((now.as_secs_f64() / duration.as_secs_f64()).min(1.0));
             }
             if let Some(msg) = self.session.check_processes()? {
@@ -462,6 +458,33 @@ impl<'s> Play<'s> {
             std::thread::sleep((wake - now).min(Duration::from_millis(50)));
         }
         Ok((windows, decisions))
+    }
+
+    /// The windows up to `now`, measured over the time the counters really
+    /// span: a stop of slow fio processes may have held the loop past the
+    /// window's end, and a 1 s divisor would then show a burst and a gap.
+    /// Every window the span covers gets its mean rates, so window k stays
+    /// second k (the latency logs are binned so).
+    fn close_windows(
+        &mut self,
+        clock: &mut Clock,
+        meter: &mut Meter,
+        demand: &[Option<Throughput>],
+        now: Duration,
+    ) -> Result<Vec<Window>> {
+        let span = (clock.last_window_at, now);
+        clock.last_window_at = now;
+        let (tenants, device) = self.measure(meter, demand, span)?;
+        let mut windows = Vec::new();
+        while clock.next_window <= now {
+            windows.push(Window {
+                t: clock.next_window.as_secs_f64() - 1.0,
+                tenants: tenants.clone(),
+                device: device.clone(),
+            });
+            clock.next_window += Duration::from_secs(1);
+        }
+        Ok(windows)
     }
 
     /// The counters every window is measured from, as they are now.

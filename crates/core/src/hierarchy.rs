@@ -475,8 +475,38 @@ pub fn build_groups(defs: &[GroupDef]) -> Result<Vec<Arc<GroupSpec>>, GroupError
             })?),
         });
     }
-    // Every chain of parents must end: one longer than the number of
-    // groups has come back to where it was.
+    refuse_cycles(defs, &parent)?;
+    // Parents before children, so each is built once with its parent's Arc.
+    let mut built: Vec<Option<Arc<GroupSpec>>> = vec![None; defs.len()];
+    for start in 0..defs.len() {
+        let mut chain = vec![start];
+        while let Some(p) = parent[*chain.last().unwrap_or(&start)] {
+            if built[p].is_some() {
+                break;
+            }
+            chain.push(p);
+        }
+        for &g in chain.iter().rev() {
+            if built[g].is_some() {
+                continue;
+            }
+            let d = &defs[g];
+            built[g] = Some(Arc::new(GroupSpec {
+                name: d.name.clone(),
+                floor: d.floor,
+                ceiling: d.ceiling,
+                weight: d.weight.unwrap_or(DEFAULT_WEIGHT),
+                parent: parent[g].and_then(|p| built[p].clone()),
+                shared_limit: false,
+            }));
+        }
+    }
+    Ok(built.into_iter().flatten().collect())
+}
+
+/// Every chain of parents must end: one longer than the number of groups
+/// has come back to where it was.
+fn refuse_cycles(defs: &[GroupDef], parent: &[Option<usize>]) -> Result<(), GroupError> {
     for start in 0..defs.len() {
         let mut at = start;
         for _ in 0..=defs.len() {
@@ -504,32 +534,7 @@ pub fn build_groups(defs: &[GroupDef]) -> Result<Vec<Arc<GroupSpec>>, GroupError
             }
         }
     }
-    // Parents before children, so each is built once with its parent's Arc.
-    let mut built: Vec<Option<Arc<GroupSpec>>> = vec![None; defs.len()];
-    for start in 0..defs.len() {
-        let mut chain = vec![start];
-        while let Some(p) = parent[*chain.last().unwrap_or(&start)] {
-            if built[p].is_some() {
-                break;
-            }
-            chain.push(p);
-        }
-        for &g in chain.iter().rev() {
-            if built[g].is_some() {
-                continue;
-            }
-            let d = &defs[g];
-            built[g] = Some(Arc::new(GroupSpec {
-                name: d.name.clone(),
-                floor: d.floor,
-                ceiling: d.ceiling,
-                weight: d.weight.unwrap_or(DEFAULT_WEIGHT),
-                parent: parent[g].and_then(|p| built[p].clone()),
-                shared_limit: false,
-            }));
-        }
-    }
-    Ok(built.into_iter().flatten().collect())
+    Ok(())
 }
 
 /// Checks that the floors of each group's members (tenants, given as the

@@ -9,7 +9,7 @@ use iofloor_cluster::view::TenantRow;
 use iofloor_cluster::ClusterView;
 use iofloor_core::units::{format_bytes, Rate};
 use iofloor_daemon::view::{Status, TenantList, TenantView};
-use ratatui::layout::{Constraint, Layout};
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Cell, Paragraph, Row, Table};
@@ -361,6 +361,33 @@ fn use_of_floor(t: &TenantRow) -> Option<f64> {
     }
 }
 
+/// A tenant's row on the cluster screen, and whether it is short of its
+/// floor (drawn highlighted).
+fn cluster_row(host: &str, t: &TenantRow) -> (Vec<String>, bool) {
+    let share = use_of_floor(t);
+    let cells = vec![
+        host.to_string(),
+        t.name.clone(),
+        t.class.as_str().into(),
+        t.iops
+            .map(|v| format!("{v:.0}"))
+            .unwrap_or_else(|| "-".into()),
+        t.bytes_per_s
+            .map(format_bytes)
+            .unwrap_or_else(|| "-".into()),
+        rate_text(t.floor),
+        share
+            .map(|s| format!("{:.0} %", s * 100.0))
+            .unwrap_or_else(|| "-".into()),
+        caps_text(&t.caps),
+        t.allocated
+            .as_ref()
+            .map(caps_text)
+            .unwrap_or_else(|| "-".into()),
+    ];
+    (cells, share.is_some_and(|s| s < 0.95))
+}
+
 /// Every host's tenants of the shared device, from any agent.
 fn cluster_screen(url: &str, by: SortBy) -> anyhow::Result<(Screen, Duration)> {
     let status: Status = fetch(url, "/api/v1/status")?;
@@ -382,30 +409,7 @@ fn cluster_screen(url: &str, by: SortBy) -> anyhow::Result<(Screen, Duration)> {
     }
     let rows = tenants
         .iter()
-        .map(|(host, t)| {
-            let share = use_of_floor(t);
-            let cells = vec![
-                host.to_string(),
-                t.name.clone(),
-                t.class.as_str().into(),
-                t.iops
-                    .map(|v| format!("{v:.0}"))
-                    .unwrap_or_else(|| "-".into()),
-                t.bytes_per_s
-                    .map(format_bytes)
-                    .unwrap_or_else(|| "-".into()),
-                rate_text(t.floor),
-                share
-                    .map(|s| format!("{:.0} %", s * 100.0))
-                    .unwrap_or_else(|| "-".into()),
-                caps_text(&t.caps),
-                t.allocated
-                    .as_ref()
-                    .map(caps_text)
-                    .unwrap_or_else(|| "-".into()),
-            ];
-            (cells, share.is_some_and(|s| s < 0.95))
-        })
+        .map(|(host, t)| cluster_row(host, t))
         .collect();
     let hosts: Vec<String> = view
         .hosts
@@ -448,6 +452,32 @@ fn cluster_screen(url: &str, by: SortBy) -> anyhow::Result<(Screen, Duration)> {
     Ok((screen, Duration::from_secs_f64(status.interval_s)))
 }
 
+/// A fetched screen: its title lines and the help above, the table below.
+fn draw_screen(frame: &mut ratatui::Frame, [head, body]: [Rect; 2], screen: &Screen, by: SortBy) {
+    let help = format!("sorted by {} · s: sort · q: quit", by.label());
+    let lines = screen
+        .title
+        .iter()
+        .map(|l| Line::from(l.clone()))
+        .chain(std::iter::once(Line::from(help)))
+        .collect::<Vec<_>>();
+    frame.render_widget(Paragraph::new(lines), head);
+    let rows = screen.rows.iter().map(|(cells, alert)| {
+        let style = if *alert {
+            Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED)
+        } else {
+            Style::default()
+        };
+        Row::new(cells.iter().map(|c| Cell::from(c.clone()))).style(style)
+    });
+    let table = Table::new(rows, screen.widths.to_vec())
+        .header(
+            Row::new(screen.header.to_vec()).style(Style::default().add_modifier(Modifier::BOLD)),
+        )
+        .block(Block::bordered().title(screen.table_title));
+    frame.render_widget(table, body);
+}
+
 pub fn run(url: &str, sort_arg: &str, once: bool, cluster: bool) -> anyhow::Result<()> {
     let mut by = SortBy::parse(sort_arg).ok_or_else(|| {
         crate::common::bad(format!(
@@ -475,31 +505,7 @@ pub fn run(url: &str, sort_arg: &str, once: bool, cluster: bool) -> anyhow::Resu
                 let [head, body] = Layout::vertical([Constraint::Length(3), Constraint::Min(0)])
                     .areas(frame.area());
                 match &fetched {
-                    Ok((screen, _)) => {
-                        let help = format!("sorted by {} · s: sort · q: quit", by.label());
-                        let lines = screen
-                            .title
-                            .iter()
-                            .map(|l| Line::from(l.clone()))
-                            .chain(std::iter::once(Line::from(help)))
-                            .collect::<Vec<_>>();
-                        frame.render_widget(Paragraph::new(lines), head);
-                        let rows = screen.rows.iter().map(|(cells, alert)| {
-                            let style = if *alert {
-                                Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED)
-                            } else {
-                                Style::default()
-                            };
-                            Row::new(cells.iter().map(|c| Cell::from(c.clone()))).style(style)
-                        });
-                        let table = Table::new(rows, screen.widths.to_vec())
-                            .header(
-                                Row::new(screen.header.to_vec())
-                                    .style(Style::default().add_modifier(Modifier::BOLD)),
-                            )
-                            .block(Block::bordered().title(screen.table_title));
-                        frame.render_widget(table, body);
-                    }
+                    Ok((screen, _)) => draw_screen(frame, [head, body], screen, by),
                     Err(e) => {
                         frame.render_widget(
                             Paragraph::new(format!("{e:#}\n(retrying; q to quit)")),

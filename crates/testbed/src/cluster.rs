@@ -106,6 +106,34 @@ fn ip(args: &[&str]) -> Result<()> {
     run(Command::new("ip").args(args)).map(|_| ())
 }
 
+/// The tools a bed needs, FUSE, and its subnet free on this machine.
+fn machine_can_hold_a_bed() -> Result<()> {
+    for tool in [
+        "ip",
+        "nsenter",
+        "qemu-storage-daemon",
+        "losetup",
+        "etcd",
+        "etcdctl",
+    ] {
+        which(tool)?;
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err(HostError::not_usable(
+            "/dev/fuse",
+            "is missing: FUSE is needed for the hosts' devices",
+        ));
+    }
+    let routes = run(Command::new("ip").args(["route", "show", "to", "match", MACHINE_IP]))?;
+    if let Some(route) = routes.lines().find(|r| !r.starts_with("default")) {
+        return Err(HostError::not_usable(
+            format!("{SUBNET_PREFIX}.0/24"),
+            format!("is already routed on this machine (`{route}`): another test bed is up, or a network uses it"),
+        ));
+    }
+    Ok(())
+}
+
 impl ClusterBed {
     fn save(&self) -> Result<()> {
         let path = self.dir.join("state.json");
@@ -133,29 +161,7 @@ impl ClusterBed {
             )
             .into());
         }
-        for tool in [
-            "ip",
-            "nsenter",
-            "qemu-storage-daemon",
-            "losetup",
-            "etcd",
-            "etcdctl",
-        ] {
-            which(tool)?;
-        }
-        if !Path::new("/dev/fuse").exists() {
-            return Err(HostError::not_usable(
-                "/dev/fuse",
-                "is missing: FUSE is needed for the hosts' devices",
-            ));
-        }
-        let routes = run(Command::new("ip").args(["route", "show", "to", "match", MACHINE_IP]))?;
-        if let Some(route) = routes.lines().find(|r| !r.starts_with("default")) {
-            return Err(HostError::not_usable(
-                format!("{SUBNET_PREFIX}.0/24"),
-                format!("is already routed on this machine (`{route}`): another test bed is up, or a network uses it"),
-            ));
-        }
+        machine_can_hold_a_bed()?;
         let state_root =
             &std::path::absolute(state_root).map_err(|e| HostError::io(state_root, e))?;
         std::fs::create_dir_all(state_root).map_err(|e| HostError::io(state_root, e))?;

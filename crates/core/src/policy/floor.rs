@@ -707,56 +707,7 @@ fn share_limits(
         if members.iter().all(|&i| decided[i].cap.is_none()) {
             continue;
         }
-        // What the tenants outside the group leave it, never less than
-        // its members' entitlements and its floor.
-        let inside: f64 = members.iter().map(|&i| shares.entitlement[i]).sum();
-        let reserve: f64 = members
-            .iter()
-            .map(|&i| priced.reserved[i] * guard.floors_fit)
-            .sum();
-        let others = guard.entitled - inside;
-        let left = if others <= 0.0 {
-            f64::INFINITY
-        } else {
-            (guard.can_give - others).max(inside.max(reserve) * ENFORCEMENT_MARGIN)
-        };
-        let held = members.iter().any(|&i| decided[i].holds);
-        let total = if held {
-            // Held too, the group gets no more than is left it: a held
-            // member's cap already holds what its siblings lend it of
-            // their part of the group's floor, which counted again for
-            // them took it from the tenants outside (the v2 guest: the
-            // group's limit swung between 174 and 246 IOPS every other
-            // second, as the busy member was held by its limit, then by
-            // the device).
-            let held_caps: f64 = members
-                .iter()
-                .map(|&i| match decided[i] {
-                    Decided {
-                        cap: Some(c),
-                        holds: true,
-                    } => c,
-                    // Its part of the group's floor stays the group's.
-                    _ => {
-                        shares.alloc[i]
-                            .max(priced.usage[i])
-                            .max(priced.reserved[i] * guard.floors_fit)
-                            * ENFORCEMENT_MARGIN
-                    }
-                })
-                .sum();
-            let fast_path = guard.fast_path_open
-                && members
-                    .iter()
-                    .any(|&i| decided[i].holds && tenants[i].fast_path);
-            if fast_path {
-                held_caps
-            } else {
-                held_caps.min(left)
-            }
-        } else {
-            left
-        };
+        let total = group_limit(priced, tenants, shares, guard, decided, members);
         // Never more than the members' own caps allowed together (their
         // ceilings and the group's are in them).
         let bound: f64 = members
@@ -776,6 +727,69 @@ fn share_limits(
         for (&i, p) in members.iter().zip(&part) {
             decided[i].cap = Some(total * p / parts);
         }
+    }
+}
+
+/// What a group under one limit may use together (before its members' own
+/// caps bound it): what the tenants outside it leave, and while a member
+/// is held, the held members' caps and the others' parts.
+fn group_limit(
+    priced: &Pricing,
+    tenants: &[Priced],
+    shares: &Shares,
+    guard: &GroupGuard,
+    decided: &[Decided],
+    members: &[usize],
+) -> f64 {
+    // What the tenants outside the group leave it, never less than
+    // its members' entitlements and its floor.
+    let inside: f64 = members.iter().map(|&i| shares.entitlement[i]).sum();
+    let reserve: f64 = members
+        .iter()
+        .map(|&i| priced.reserved[i] * guard.floors_fit)
+        .sum();
+    let others = guard.entitled - inside;
+    let left = if others <= 0.0 {
+        f64::INFINITY
+    } else {
+        (guard.can_give - others).max(inside.max(reserve) * ENFORCEMENT_MARGIN)
+    };
+    let held = members.iter().any(|&i| decided[i].holds);
+    if held {
+        // Held too, the group gets no more than is left it: a held
+        // member's cap already holds what its siblings lend it of
+        // their part of the group's floor, which counted again for
+        // them took it from the tenants outside (the v2 guest: the
+        // group's limit swung between 174 and 246 IOPS every other
+        // second, as the busy member was held by its limit, then by
+        // the device).
+        let held_caps: f64 = members
+            .iter()
+            .map(|&i| match decided[i] {
+                Decided {
+                    cap: Some(c),
+                    holds: true,
+                } => c,
+                // Its part of the group's floor stays the group's.
+                _ => {
+                    shares.alloc[i]
+                        .max(priced.usage[i])
+                        .max(priced.reserved[i] * guard.floors_fit)
+                        * ENFORCEMENT_MARGIN
+                }
+            })
+            .sum();
+        let fast_path = guard.fast_path_open
+            && members
+                .iter()
+                .any(|&i| decided[i].holds && tenants[i].fast_path);
+        if fast_path {
+            held_caps
+        } else {
+            held_caps.min(left)
+        }
+    } else {
+        left
     }
 }
 

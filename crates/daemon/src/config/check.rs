@@ -224,22 +224,7 @@ impl Checker<'_> {
                 ValidationError::new(key, message).under("cluster"),
             )
         };
-        if c.endpoints.is_empty() {
-            return Err(bad(
-                "endpoints",
-                "give at least one etcd endpoint, such as \"http://10.0.0.1:2379\"".into(),
-            ));
-        }
-        if let Some(e) = c
-            .endpoints
-            .iter()
-            .find(|e| !(e.starts_with("http://") || e.starts_with("https://")))
-        {
-            return Err(bad(
-                "endpoints",
-                format!("`{e}` is not a URL such as http://10.0.0.1:2379"),
-            ));
-        }
+        check_endpoints(&c.endpoints, &bad)?;
         let key_part = |key: &str, v: &str| -> Result<(), ConfigError> {
             if v.is_empty() || v.contains('/') || v.chars().any(char::is_whitespace) {
                 return Err(bad(
@@ -261,22 +246,7 @@ impl Checker<'_> {
             })?,
         };
         key_part("host", &host)?;
-        let device = match &c.device {
-            Some(n) => devices
-                .iter()
-                .position(|d| &d.name == n)
-                .ok_or_else(|| bad("device", format!("no [[device]] named `{n}`")))?,
-            None if devices.len() == 1 => 0,
-            None if devices.is_empty() => {
-                return Err(bad("device", "no [[device]] is configured to share".into()))
-            }
-            None => {
-                return Err(bad(
-                    "device",
-                    "name the shared [[device]] (there is more than one)".into(),
-                ))
-            }
-        };
+        let device = shared_device_index(c.device.as_deref(), devices, &bad)?;
         let shared_device = c
             .shared_device
             .clone()
@@ -409,5 +379,51 @@ impl ClusterSection {
             orphan_timeout,
             request_timeout,
         })
+    }
+}
+
+/// The cluster's etcd endpoints: at least one, each a URL.
+fn check_endpoints(
+    endpoints: &[String],
+    bad: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    if endpoints.is_empty() {
+        return Err(bad(
+            "endpoints",
+            "give at least one etcd endpoint, such as \"http://10.0.0.1:2379\"".into(),
+        ));
+    }
+    match endpoints
+        .iter()
+        .find(|e| !(e.starts_with("http://") || e.starts_with("https://")))
+    {
+        Some(e) => Err(bad(
+            "endpoints",
+            format!("`{e}` is not a URL such as http://10.0.0.1:2379"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The index of the `[[device]]` the cluster shares: the one named, or the
+/// only one.
+fn shared_device_index(
+    name: Option<&str>,
+    devices: &[DeviceConfig],
+    bad: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<usize, ConfigError> {
+    match name {
+        Some(n) => devices
+            .iter()
+            .position(|d| d.name == n)
+            .ok_or_else(|| bad("device", format!("no [[device]] named `{n}`"))),
+        None if devices.len() == 1 => Ok(0),
+        None if devices.is_empty() => {
+            Err(bad("device", "no [[device]] is configured to share".into()))
+        }
+        None => Err(bad(
+            "device",
+            "name the shared [[device]] (there is more than one)".into(),
+        )),
     }
 }

@@ -195,24 +195,7 @@ impl Checker<'_> {
         if t.container.is_some() || t.labels.is_some() {
             return container_source(t, runtimes);
         }
-        if t.runtime.is_some() {
-            return Err(ValidationError::new(
-                "runtime",
-                "goes with `container` or `labels` (a runtime's containers)",
-            ));
-        }
-        if t.libvirt.is_none() && t.disk.is_some() {
-            return Err(ValidationError::new(
-                "disk",
-                "goes with `libvirt` (a domain's disk)",
-            ));
-        }
-        if t.share.is_some() && t.libvirt.is_none() {
-            return Err(ValidationError::new(
-                "share",
-                "`share = \"vm\"` goes with `libvirt` (a VM's disks share its floor)",
-            ));
-        }
+        keys_without_their_source(t)?;
         let source = match (
             t.cgroup.take(),
             t.qmp.take(),
@@ -229,22 +212,7 @@ impl Checker<'_> {
                 }
                 TenantSource::Kubernetes { kubepods }
             }
-            (None, None, None, Some(domain), None) => {
-                if domain.trim().is_empty() {
-                    return Err(ValidationError::new(
-                        "libvirt",
-                        "must name a domain, a glob or a UUID",
-                    ));
-                }
-                let disk = t.disk.take().unwrap_or_else(|| "*".into());
-                if disk.is_empty() || disk.contains('/') {
-                    return Err(ValidationError::new(
-                        "disk",
-                        format!("`{disk}` is not a disk target such as `vda` (or a glob)"),
-                    ));
-                }
-                TenantSource::Libvirt { domain, disk }
-            }
+            (None, None, None, Some(domain), None) => libvirt_source(domain, t.disk.take())?,
             (Some(c), None, None, None, None) => {
                 self.not_a_mount_path(&c)?;
                 let c = c.trim_start_matches('/').to_string();
@@ -396,6 +364,47 @@ impl Checker<'_> {
         }
         Ok(PathBuf::from(c))
     }
+}
+
+/// Keys that only go with a source the entry does not give.
+fn keys_without_their_source(t: &TenantEntry) -> Result<(), ValidationError> {
+    if t.runtime.is_some() {
+        return Err(ValidationError::new(
+            "runtime",
+            "goes with `container` or `labels` (a runtime's containers)",
+        ));
+    }
+    if t.libvirt.is_none() && t.disk.is_some() {
+        return Err(ValidationError::new(
+            "disk",
+            "goes with `libvirt` (a domain's disk)",
+        ));
+    }
+    if t.share.is_some() && t.libvirt.is_none() {
+        return Err(ValidationError::new(
+            "share",
+            "`share = \"vm\"` goes with `libvirt` (a VM's disks share its floor)",
+        ));
+    }
+    Ok(())
+}
+
+/// A libvirt domain's disk (all its disks without `disk`).
+fn libvirt_source(domain: String, disk: Option<String>) -> Result<TenantSource, ValidationError> {
+    if domain.trim().is_empty() {
+        return Err(ValidationError::new(
+            "libvirt",
+            "must name a domain, a glob or a UUID",
+        ));
+    }
+    let disk = disk.unwrap_or_else(|| "*".into());
+    if disk.is_empty() || disk.contains('/') {
+        return Err(ValidationError::new(
+            "disk",
+            format!("`{disk}` is not a disk target such as `vda` (or a glob)"),
+        ));
+    }
+    Ok(TenantSource::Libvirt { domain, disk })
 }
 
 /// Why a group with a `cgroup` cannot hold its members' caps as one limit

@@ -277,16 +277,7 @@ pub fn cluster(action: ClusterAction) -> anyhow::Result<()> {
             url,
             token,
         } => set_floor(&tenant, floor.as_deref(), clear, &url, token)?,
-        ClusterAction::Floors { url } => {
-            let answer = call_api("GET", &floors_url(&url, None), None, None)?;
-            for f in answer["floors"].as_array().into_iter().flatten() {
-                println!(
-                    "{}  {}",
-                    f["tenant"].as_str().unwrap_or("?"),
-                    floor_text(&f["floor"])
-                );
-            }
-        }
+        ClusterAction::Floors { url } => print_floors(&url)?,
         ClusterAction::Up {
             hosts,
             iops,
@@ -311,16 +302,7 @@ pub fn cluster(action: ClusterAction) -> anyhow::Result<()> {
             host,
             command,
             state_dir,
-        } => {
-            let bed = ClusterBed::only(state_root(&state_dir)?)?;
-            let host = bed.host(&host).map_err(|e| bad(e.to_string()))?;
-            let status = Command::new("nsenter")
-                .arg(format!("--net=/run/netns/{}", host.netns))
-                .args(&command)
-                .status()?;
-            // The command's own exit status, as `ssh host cmd` would give it.
-            std::process::exit(status.code().unwrap_or(1));
-        }
+        } => exec_on(&host, &command, &state_dir)?,
         ClusterAction::Partition { host, state_dir } => {
             let mut bed = ClusterBed::only(state_root(&state_dir)?)?;
             bed.host(&host).map_err(|e| bad(e.to_string()))?;
@@ -350,6 +332,31 @@ pub fn cluster(action: ClusterAction) -> anyhow::Result<()> {
         } => bed_set(iops, bps.as_deref(), &state_dir)?,
     }
     Ok(())
+}
+
+/// Every cluster floor set through the API, one per line.
+fn print_floors(url: &str) -> anyhow::Result<()> {
+    let answer = call_api("GET", &floors_url(url, None), None, None)?;
+    for f in answer["floors"].as_array().into_iter().flatten() {
+        println!(
+            "{}  {}",
+            f["tenant"].as_str().unwrap_or("?"),
+            floor_text(&f["floor"])
+        );
+    }
+    Ok(())
+}
+
+/// Runs `command` in a bed host's network namespace and exits with its
+/// status, as `ssh host cmd` would.
+fn exec_on(host: &str, command: &[String], state_dir: &std::path::Path) -> anyhow::Result<()> {
+    let bed = ClusterBed::only(state_root(state_dir)?)?;
+    let host = bed.host(host).map_err(|e| bad(e.to_string()))?;
+    let status = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", host.netns))
+        .args(command)
+        .status()?;
+    std::process::exit(status.code().unwrap_or(1));
 }
 
 fn print_bed(bed: &ClusterBed) {

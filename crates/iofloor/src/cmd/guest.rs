@@ -75,40 +75,7 @@ pub fn guest(action: GuestAction) -> anyhow::Result<()> {
             disk,
             memory,
             state_dir,
-        } => {
-            let root = state_root(&state_dir)?;
-            let spec = disk.spec()?;
-            if !(256..=16384).contains(&memory) {
-                return Err(bad(format!(
-                    "--memory: must be 256..16384 MiB, got {memory}"
-                )));
-            }
-            // One TCG guest takes a core; two would starve each other and
-            // the host's I/O threads on this kind of machine.
-            if let Some(other) = V2Guest::list(root)?.first() {
-                return Err(bad(format!(
-                    "a guest is already up ({}); `iofloor guest down` first",
-                    other.dir.display()
-                )));
-            }
-            let me = std::env::current_exe()?;
-            let guest = V2Guest::up(
-                spec,
-                &[(me.clone(), "/usr/bin/iofloor".into())],
-                memory,
-                root,
-            )?;
-            if let Err(e) = start_relay(&me, root, &guest.dir) {
-                let _ = guest.down();
-                return Err(e.context("starting `iofloor guest relay`; the guest was taken down"));
-            }
-            println!("{}", guest.dir.display());
-            println!("{} /dev/vda", guest.device.as_deref().unwrap_or("?:?"));
-            println!(
-                "127.0.0.1:{} -> guest port {GUEST_API_PORT}",
-                guest.api_port
-            );
-        }
+        } => guest_up(&disk, memory, &state_dir)?,
         GuestAction::Exec {
             timeout,
             state_dir,
@@ -148,6 +115,44 @@ pub fn guest(action: GuestAction) -> anyhow::Result<()> {
         }
         GuestAction::Relay { state_dir } => only(&state_dir)?.serve_capacity()?,
     }
+    Ok(())
+}
+
+/// Boots the v2 guest and its capacity relay; prints its directory, its
+/// disk's device number and where its API is forwarded.
+fn guest_up(disk: &DeviceArgs, memory: u32, state_dir: &std::path::Path) -> anyhow::Result<()> {
+    let root = state_root(state_dir)?;
+    let spec = disk.spec()?;
+    if !(256..=16384).contains(&memory) {
+        return Err(bad(format!(
+            "--memory: must be 256..16384 MiB, got {memory}"
+        )));
+    }
+    // One TCG guest takes a core; two would starve each other and
+    // the host's I/O threads on this kind of machine.
+    if let Some(other) = V2Guest::list(root)?.first() {
+        return Err(bad(format!(
+            "a guest is already up ({}); `iofloor guest down` first",
+            other.dir.display()
+        )));
+    }
+    let me = std::env::current_exe()?;
+    let guest = V2Guest::up(
+        spec,
+        &[(me.clone(), "/usr/bin/iofloor".into())],
+        memory,
+        root,
+    )?;
+    if let Err(e) = start_relay(&me, root, &guest.dir) {
+        let _ = guest.down();
+        return Err(e.context("starting `iofloor guest relay`; the guest was taken down"));
+    }
+    println!("{}", guest.dir.display());
+    println!("{} /dev/vda", guest.device.as_deref().unwrap_or("?:?"));
+    println!(
+        "127.0.0.1:{} -> guest port {GUEST_API_PORT}",
+        guest.api_port
+    );
     Ok(())
 }
 
