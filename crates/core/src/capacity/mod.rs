@@ -512,7 +512,7 @@ impl CapacityLoop {
                 self.ceiling = Some((self.estimate, 0));
                 self.phase = Phase::Steady;
             }
-            Verdict::Room => self.room(&point),
+            Verdict::Room => self.room(&point, obs),
             Verdict::Idle => {
                 if let Phase::Probing { .. } = self.phase {
                     self.phase = Phase::Steady;
@@ -613,7 +613,7 @@ impl CapacityLoop {
     }
 
     /// An interval of room: regain the level known, or probe past it.
-    fn room(&mut self, point: &CurvePoint) {
+    fn room(&mut self, point: &CurvePoint, obs: &Observation) {
         let level = self.level();
         if self.estimate < level * (1.0 - 1e-9) {
             let gap = level - self.estimate;
@@ -658,8 +658,17 @@ impl CapacityLoop {
             }
             Phase::Steady => {
                 if self.may_probe(point) {
-                    self.phase = Phase::Probing { step: PROBE_STEP };
-                    self.estimate *= 1.0 + PROBE_STEP;
+                    // A model the device served past, below what the
+                    // floors need, scales every floor down until it is
+                    // learned: probed at BBR's startup gain from the first
+                    // step (from 1 %, a 3x pessimistic model took the rig
+                    // eleven intervals, 8.8 % of windows missed).
+                    let step = match self.learning {
+                        Learning::Start if obs.floors_need > self.estimate => STEP_MAX,
+                        _ => PROBE_STEP,
+                    };
+                    self.phase = Phase::Probing { step };
+                    self.estimate *= 1.0 + step;
                 }
             }
             Phase::Draining { .. } => {}
