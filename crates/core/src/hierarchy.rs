@@ -620,7 +620,7 @@ pub(crate) struct WaterFill {
 }
 
 impl WaterFill {
-    /// Fills `members` (in ascending index) and returns what is left.
+    /// Fills `members` and returns what is left.
     pub(crate) fn fill(
         &mut self,
         members: impl IntoIterator<Item = usize>,
