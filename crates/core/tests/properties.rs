@@ -275,6 +275,7 @@ proptest! {
             latency_target_us: target,
             min_factor: 0.05,
             max_factor: 4.0,
+            cap_margin: 1.05,
         };
         let mut c = CapacityLoop::new(settings, model_off);
         let floor = need * model_off;

@@ -286,6 +286,7 @@ impl FloorPolicy {
                     latency_target_us: params.latency_target.map(|t| t.0.as_secs_f64() * 1e6),
                     min_factor: CAPACITY_MIN,
                     max_factor: params.capacity_max,
+                    cap_margin: ENFORCEMENT_MARGIN,
                 },
                 ctx.capacity,
             ),
