@@ -2,19 +2,18 @@
 //! (their limits recorded on disk before anything is written to them) and
 //! releasing gone ones (those limits put back).
 
-use super::finder::Finding;
-use super::{Patch, Service, Tenant, LIBVIRT_TIMEOUT, QMP_TIMEOUT};
+use super::{Patch, LIBVIRT_TIMEOUT, QMP_TIMEOUT};
 use crate::config::{Share, TenantConfig, TenantSource};
 use crate::discovery::{Found, FoundKind};
 use crate::ownership::{Entry, Original, Ownership};
 use iofloor_core::GroupSpec;
-use iofloor_core::{Caps, TenantSpec};
+use iofloor_core::TenantSpec;
 use iofloor_host::backends::libvirt::{DomainInfo, LibvirtBackend};
 use iofloor_host::backends::{HybridBackend, QmpBackend, QmpTarget};
 use iofloor_host::HostError;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 /// A found tenant's promise from its config entry and the API's changes.
 /// With `share = "vm"` (libvirt) or `kubernetes`, the entry's floor,
@@ -314,302 +313,75 @@ pub(super) fn restore(
     Ok(())
 }
 
-impl Service {
-    /// Stops controlling a tenant and restores its original limits; false
-    /// if they could not be restored (kept in the state file).
-    pub(super) fn release(&mut self, name: &str) -> bool {
-        let Some(t) = self.roster.remove(name) else {
-            return true;
-        };
-        let d = &mut self.devices[t.device];
-        d.stop_deciding(name);
-        let restored = match self.ownership.get(name).map(|e| e.original.clone()) {
-            Some(original) => match d.restore_limits(name, &original) {
-                Ok(()) => true,
-                Err(e) => {
-                    warn!(tenant = %name, "could not restore its limits: {e}");
-                    false
-                }
+/// The limits the state file keeps for a tenant whose restore failed when
+/// it was released, if it is the same cgroup, drive or disk: what it has
+/// now is iofloor's own caps, which must not become its "original".
+pub(super) fn kept_original(ownership: &Ownership, found: &Found) -> Option<Original> {
+    let e = ownership.get(&found.name)?;
+    let same = match (&e.original, &found.kind) {
+        (Original::Cgroup { cgroup, .. }, FoundKind::Cgroup(rel)) => cgroup == rel,
+        (
+            Original::Qmp { socket, drive, .. },
+            FoundKind::Qmp {
+                socket: s,
+                drive: dr,
             },
-            None => true,
-        };
-        let mut pod_restored = true;
-        // The pod's last container: the pod's cgroup gets its limits back
-        // (kept in the state file if that fails, as a tenant's are).
-        if let (Some(_), Some(g)) = (d.disconnect(name), &t.spec.group) {
-            let key = [pod_key(&g.name), group_key(&g.name)]
-                .into_iter()
-                .find(|k| self.ownership.get(k).is_some())
-                .unwrap_or_default();
-            if let Some(e) = self.ownership.get(&key).cloned() {
-                match restore(&key, &e.original, None) {
-                    Ok(()) => self.ownership.forget(&key),
-                    Err(err) => {
-                        warn!(group = %g.name, "could not restore the pod cgroup's limits: {err}");
-                        pod_restored = false;
-                    }
-                }
-            }
-        }
-        if restored {
-            self.ownership.forget(name);
-        }
-        let view = {
-            let mut view = self.shared.view.lock().unwrap();
-            view.history.remove(name);
-            view.tenants.remove(name)
-        };
-        if let Some(v) = view {
-            self.shared.metrics.forget_tenant(&v);
-        }
-        restored && pod_restored
-    }
+        ) => socket == s && drive == dr,
+        (
+            Original::Libvirt { uuid, disk, .. },
+            FoundKind::Libvirt {
+                uuid: u, disk: dk, ..
+            },
+        ) => uuid == u && disk == dk,
+        _ => false,
+    };
+    same.then(|| e.original.clone())
+}
 
-    /// Adopts a found tenant: stages its current limits for the state file,
-    /// which [`Service::reconcile`] writes before anything is written to it.
-    pub(super) fn adopt(&mut self, found: Found) {
-        let device = self.config.tenants[found.entry].device;
-        let spec = Arc::new(self.spec_for(found.entry, &found));
-        let kept = self.kept_original(&found);
-        let original = match self.reach(device, &found, &spec, kept) {
-            Ok(original) => original,
-            Err(e) => {
-                // Gone between discovery and now, its limits unreadable, or
-                // its VM's monitor or libvirt not answering: never written
-                // to; tried again with the finder's backoff.
-                let message = format!("cannot adopt: {e}");
-                self.finder
-                    .failed(&found.name, &message, self.clock.ticks());
-                return;
-            }
-        };
-        // On disk with the reconcile's flush, before the controller's next write.
-        self.ownership.stage(Entry {
-            tenant: found.name.clone(),
-            original,
-        });
-        if let FoundKind::Cgroup(rel) = &found.kind {
-            self.devices[device].connect_cgroup(&found.name, rel.clone());
-            self.share_group_limit(device, &found, &spec, rel);
+/// The QEMU throttle group a libvirt VM's disks share with `share = "vm"`
+/// (holding their caps added up); `None` for any other tenant.
+pub(super) fn throttle_group(entry: &TenantConfig, spec: &TenantSpec) -> Option<String> {
+    spec.group
+        .as_ref()
+        .filter(|_| entry.share.is_some())
+        .map(|g| throttle_group_name(&g.name))
+}
+
+/// Where a cgroup tenant's caps go added up with its siblings' and the
+/// state file's key for that cgroup's own limits: a pod's cgroup, or a
+/// `[[group]]`'s with a cgroup of its own, on cgroup v2 (`v2`). On v1
+/// blk-throttle is flat: the members keep their own.
+pub(super) fn group_holder(
+    entry: &TenantConfig,
+    found: &Found,
+    spec: &TenantSpec,
+    rel: &Path,
+    v2: bool,
+) -> Option<(PathBuf, String)> {
+    let holder = match (&entry.source, &spec.group) {
+        (TenantSource::Kubernetes { .. }, Some(g)) => {
+            crate::kubernetes::pod_cgroup(rel).map(|c| (c, pod_key(&g.name)))
         }
-        self.devices[device].start_deciding(spec.clone());
-        self.finder.adopted(&found.name);
-        info!(tenant = %found.name, path = %found.path(&self.cgroup_root).display(), "adopted");
-        self.roster.insert(
-            found.name.clone(),
-            Tenant {
-                overridden: false,
-                found,
-                spec,
-                device,
-                caps: Caps::NONE,
-                throttled_seconds: 0.0,
-                throttled_for: 0.0,
-                usage: None,
-                last_mix: None,
-                floor_met: None,
-                available: true,
-                error: None,
-            },
+        (_, Some(g)) if g.shared_limit => {
+            group_holds(entry, rel).map(|c| (c.to_path_buf(), group_key(&g.name)))
+        }
+        _ => None,
+    };
+    if let (Some(group), None, true) = (&entry.group_cgroup, &holder, v2) {
+        warn!(
+            tenant = %found.name,
+            cgroup = %rel.display(),
+            "lives outside its group's cgroup {}: capped on its own",
+            group.display()
         );
     }
+    holder.filter(|_| v2)
+}
 
-    /// The limits the state file keeps for a tenant whose restore failed
-    /// when it was released, if it is the same cgroup, drive or disk: what
-    /// it has now is iofloor's own caps, which must not become its
-    /// "original".
-    fn kept_original(&self, found: &Found) -> Option<Original> {
-        let e = self.ownership.get(&found.name)?;
-        let same = match (&e.original, &found.kind) {
-            (Original::Cgroup { cgroup, .. }, FoundKind::Cgroup(rel)) => cgroup == rel,
-            (
-                Original::Qmp { socket, drive, .. },
-                FoundKind::Qmp {
-                    socket: s,
-                    drive: dr,
-                },
-            ) => socket == s && drive == dr,
-            (
-                Original::Libvirt { uuid, disk, .. },
-                FoundKind::Libvirt {
-                    uuid: u, disk: dk, ..
-                },
-            ) => uuid == u && disk == dk,
-            _ => false,
-        };
-        same.then(|| e.original.clone())
-    }
-
-    /// Connects a found tenant to its device's backend and returns the
-    /// limits to put back on release: `kept`, or those it has now. On an
-    /// error nothing of it is left in the backend.
-    fn reach(
-        &mut self,
-        device: usize,
-        found: &Found,
-        spec: &TenantSpec,
-        kept: Option<Original>,
-    ) -> Result<Original, HostError> {
-        match &found.kind {
-            FoundKind::Libvirt { domain, uuid, disk } => {
-                let disk = DomainInfo {
-                    name: domain.clone(),
-                    uuid: uuid.clone(),
-                    disks: vec![disk.clone()],
-                };
-                self.reach_libvirt(device, found, spec, kept, disk)
-            }
-            FoundKind::Qmp { socket, drive } => {
-                self.devices[device].connect_qmp(&found.name, socket, drive, kept)
-            }
-            FoundKind::Cgroup(rel) => match kept {
-                Some(kept) => Ok(kept),
-                None => {
-                    let d = &self.devices[device];
-                    Ok(Original::Cgroup {
-                        root: self.cgroup_root.clone(),
-                        cgroup: rel.clone(),
-                        device: d.id(),
-                        caps: d.cgroup_caps(rel)?,
-                    })
-                }
-            },
-        }
-    }
-
-    /// [`Service::reach`] for a libvirt domain's disk: `vm` names the
-    /// domain and its one disk that is the tenant.
-    fn reach_libvirt(
-        &mut self,
-        device: usize,
-        found: &Found,
-        spec: &TenantSpec,
-        kept: Option<Original>,
-        vm: DomainInfo,
-    ) -> Result<Original, HostError> {
-        let uri = self.config.libvirt_uri.clone();
-        // `share = "vm"`: the VM's disks share one QEMU throttle group
-        // holding their caps added up.
-        let shared = spec
-            .group
-            .as_ref()
-            .filter(|_| self.config.tenants[found.entry].share.is_some())
-            .map(|g| throttle_group_name(&g.name));
-        self.devices[device].connect_libvirt(&uri, &found.name, vm, shared.as_deref(), kept)
-    }
-
-    /// A pod, or a `[[group]]` with a cgroup of its own, on cgroup v2: its
-    /// members' caps go to that cgroup, added up, whose limits are recorded
-    /// first as a tenant's. On cgroup v1 blk-throttle is flat: the members
-    /// keep their own.
-    fn share_group_limit(&mut self, device: usize, found: &Found, spec: &TenantSpec, rel: &Path) {
-        let entry = &self.config.tenants[found.entry];
-        let holder = match (&entry.source, &spec.group) {
-            (TenantSource::Kubernetes { .. }, Some(g)) => {
-                crate::kubernetes::pod_cgroup(rel).map(|c| (c, pod_key(&g.name)))
-            }
-            (_, Some(g)) if g.shared_limit => {
-                group_holds(entry, rel).map(|c| (c.to_path_buf(), group_key(&g.name)))
-            }
-            _ => None,
-        };
-        if let (Some(group), None, true) = (&entry.group_cgroup, &holder, self.cgroup_v2) {
-            warn!(
-                tenant = %found.name,
-                cgroup = %rel.display(),
-                "lives outside its group's cgroup {}: capped on its own",
-                group.display()
-            );
-        }
-        let Some((pod_cgroup, key)) = holder.filter(|_| self.cgroup_v2) else {
-            return;
-        };
-        let d = &mut self.devices[device];
-        let recorded = self.ownership.get(&key).is_some()
-            || match d.cgroup_caps(&pod_cgroup) {
-                Ok(caps) => {
-                    self.ownership.stage(Entry {
-                        tenant: key,
-                        original: Original::Cgroup {
-                            root: self.cgroup_root.clone(),
-                            cgroup: pod_cgroup.clone(),
-                            device: d.id(),
-                            caps,
-                        },
-                    });
-                    true
-                }
-                Err(e) => {
-                    debug!(tenant = %found.name, "group cgroup limits unreadable ({e}): caps stay on the member");
-                    false
-                }
-            };
-        if recorded {
-            d.share_cgroup_limit(&found.name, pod_cgroup);
-        }
-    }
-
-    /// Undoes an adoption whose record never reached the disk: nothing was
-    /// written to the tenant, so nothing is restored.
-    fn abandon(&mut self, name: &str) {
-        if let Some(t) = self.roster.remove(name) {
-            let d = &mut self.devices[t.device];
-            d.stop_deciding(name);
-            d.disconnect(name);
-        }
-        self.ownership.forget(name);
-    }
-
-    /// Finds tenants, adopts new ones, drops vanished ones.
-    pub(super) fn reconcile(&mut self) {
-        let Finding {
-            found,
-            libvirt_unknown,
-            runtimes_down,
-        } = self
-            .finder
-            .find(&self.config, &self.cgroup_root, self.cgroup_v2);
-        let present: std::collections::HashSet<&str> =
-            found.iter().map(|f| f.name.as_str()).collect();
-        // libvirt that could not be asked says nothing of its domains: its
-        // tenants stay (unavailable while it cannot be read), never dropped.
-        let gone: Vec<String> = self
-            .roster
-            .tenants()
-            .filter(|t| {
-                let kept = (libvirt_unknown && matches!(t.found.kind, FoundKind::Libvirt { .. }))
-                    || t.found
-                        .container
-                        .as_ref()
-                        .is_some_and(|c| runtimes_down.contains(&c.runtime));
-                !(present.contains(t.found.name.as_str()) || kept)
-            })
-            .map(|t| t.found.name.clone())
-            .collect();
-        for name in gone {
-            info!(tenant = %name, "gone; dropped");
-            self.release(&name);
-            self.roster.forget_overrides(&name);
-        }
-        self.finder.forget_absent(&present);
-        let mut adopted = Vec::new();
-        for f in found {
-            let moved = self.roster.get(&f.name).is_some_and(|t| t.found != f);
-            if moved {
-                self.release(&f.name);
-            }
-            if !self.roster.contains(&f.name) && self.finder.due(&f.name, self.clock.ticks()) {
-                adopted.push(f.name.clone());
-                self.adopt(f);
-            }
-        }
-        if let Err(e) = self.ownership.flush() {
-            // Their limits are not on disk: they must not be written to.
-            adopted.retain(|n| self.roster.contains(n));
-            for name in &adopted {
-                warn!(tenant = %name, "not adopted, the state file cannot be written: {e}");
-                self.abandon(name);
-            }
-        }
-    }
+/// The state file's key and record of the pod or group cgroup whose
+/// limits were recorded for `group`, if either was.
+pub(super) fn recorded_holder(ownership: &Ownership, group: &str) -> Option<(String, Original)> {
+    [pod_key(group), group_key(group)]
+        .into_iter()
+        .find_map(|k| Some((k.clone(), ownership.get(&k)?.original.clone())))
 }

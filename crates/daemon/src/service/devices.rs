@@ -1,9 +1,10 @@
 //! The devices: one controller and one set of host backends per device, its
 //! presence checked each interval, and the tick that drives them.
 
-use super::timing::ReadTime;
-use super::{Service, Tenant, LIBVIRT_TIMEOUT, QMP_TIMEOUT};
+use super::roster::{Roster, Tenant};
+use super::{LIBVIRT_TIMEOUT, QMP_TIMEOUT};
 use crate::config::{Config, DeviceConfig, ModelSource};
+use crate::discovery::{Found, FoundKind};
 use crate::ownership::Original;
 use crate::view::{DeviceState, UsageView};
 use iofloor_core::{Caps, Controller, CostModel, PolicyContext, TenantSpec, TickReport, Usage};
@@ -21,6 +22,15 @@ use tracing::{debug, info, warn};
 /// (cgroups, QEMU monitors, libvirt), whether it is there, and what its
 /// last interval showed. The service connects and disconnects tenants
 /// through it; nothing else touches its controller or backends.
+/// How a device reaches a found tenant beyond its own backends: the
+/// cgroup hierarchy, libvirt's URI, and a VM's shared throttle group.
+#[derive(Clone, Copy)]
+pub(super) struct Reach<'a> {
+    pub(super) cgroup_root: &'a Path,
+    pub(super) libvirt_uri: &'a str,
+    pub(super) throttle_group: Option<&'a str>,
+}
+
 pub(super) struct DeviceLoop {
     config: DeviceConfig,
     cost: CostModel,
@@ -178,81 +188,8 @@ pub(super) fn build_device(
     })
 }
 
-impl Service {
-    /// One interval: discovery, then each device's controller. Returns the
-    /// longest decision time.
-    pub(super) fn tick(&mut self, at: ReadTime, early: bool) -> Duration {
-        self.reconcile();
-        self.sync_cluster_floors();
-        let dt = self.clock.begin(self.time_of(at));
-        let mut decision = Duration::ZERO;
-        for di in 0..self.devices.len() {
-            if self.device_is_present(di) {
-                let now = self.time_of(at);
-                decision = decision.max(self.tick_device(di, now, dt, early));
-            }
-        }
-        self.publish(self.time_of(at));
-        decision
-    }
-
-    fn time_of(&self, at: ReadTime) -> Duration {
-        match at {
-            ReadTime::At(now) => now,
-            ReadTime::Live => self.clock.now(),
-        }
-    }
-
-    /// Between intervals, on every present device: applies a cluster
-    /// allocation that arrived since the last decision
-    /// (`Controller::apply_news`), and with `look`, looks at the device.
-    /// True when one of the policies wants to decide now (`Controller::look`).
-    pub(super) fn between_intervals(&mut self, now: Duration, look: bool) -> bool {
-        let mut early = false;
-        for d in &mut self.devices {
-            let (applied, wants_early) = d.between_intervals(now, look);
-            for (name, caps) in applied {
-                if let Some(t) = self.roster.get_mut(&name) {
-                    t.caps = caps;
-                }
-            }
-            early |= wants_early;
-        }
-        early
-    }
-
-    /// Notes a device that went or came back; a device that is gone makes
-    /// its tenants unavailable (not idle) until it returns.
-    fn device_is_present(&mut self, di: usize) -> bool {
-        let d = &mut self.devices[di];
-        let present = d.check_presence();
-        if !present {
-            let error = format!("device {} removed", d.config.name);
-            for t in self.roster.on_device_mut(di) {
-                t.available = false;
-                t.usage = None;
-                t.floor_met = None;
-                t.error = Some(error.clone());
-            }
-        }
-        present
-    }
-
-    /// Runs one device's loop and hands each of its tenants what the
-    /// interval did to it. Returns the decision time.
-    fn tick_device(&mut self, di: usize, now: Duration, dt: f64, early: bool) -> Duration {
-        let tick = self.devices[di].tick(now, early);
-        for outcome in tick.tenants {
-            if let Some(t) = self.roster.get_mut(&outcome.name) {
-                t.absorb(outcome, dt);
-            }
-        }
-        tick.decision_time
-    }
-}
-
 /// What one interval did to one tenant of a device.
-pub(super) struct TenantOutcome {
+struct TenantOutcome {
     name: String,
     /// The caps in force after the interval.
     caps: Caps,
@@ -264,17 +201,7 @@ pub(super) struct TenantOutcome {
     error: Option<String>,
 }
 
-/// What one device's interval did.
-pub(super) struct DeviceTick {
-    pub(super) tenants: Vec<TenantOutcome>,
-    pub(super) decision_time: Duration,
-}
-
 impl DeviceLoop {
-    pub(super) fn id(&self) -> DevId {
-        self.config.id
-    }
-
     /// What the device's last interval showed.
     pub(super) fn state(&self) -> &DeviceState {
         &self.state
@@ -295,8 +222,12 @@ impl DeviceLoop {
     }
 
     /// Whether the device is there (logged when that changes); one that is
-    /// gone shows no queue, load or verdict.
-    fn check_presence(&mut self) -> bool {
+    /// gone shows no queue, load or verdict, and its tenants (`tenants`)
+    /// are unavailable, not idle, until it returns.
+    pub(super) fn check_presence<'t>(
+        &mut self,
+        tenants: impl Iterator<Item = &'t mut Tenant>,
+    ) -> bool {
         let present = device_present(&self.config);
         if present != self.present {
             if present {
@@ -310,28 +241,42 @@ impl DeviceLoop {
             self.state.utilisation = None;
             self.state.avg_queue = None;
             self.state.contended = None;
+            let error = format!("device {} removed", self.config.name);
+            for t in tenants {
+                t.available = false;
+                t.usage = None;
+                t.floor_met = None;
+                t.error = Some(error.clone());
+            }
         }
         present
     }
 
     /// Between intervals, if the device is there: a cluster allocation
-    /// that arrived is applied (the caps each tenant got are returned), and
-    /// with `look` the policy looks at the device; true when it wants to
-    /// decide now.
-    fn between_intervals(&mut self, now: Duration, look: bool) -> (Vec<(String, Caps)>, bool) {
+    /// that arrived is applied (`Controller::apply_news`; the caps each
+    /// tenant got noted in `roster`), and with `look` the policy looks at
+    /// the device (`Controller::look`); true when it wants to decide now.
+    pub(super) fn between_intervals(
+        &mut self,
+        now: Duration,
+        look: bool,
+        roster: &mut Roster,
+    ) -> bool {
         if !self.present {
-            return (Vec::new(), false);
+            return false;
         }
-        let mut applied = Vec::new();
         if let Some(news) = self.controller.apply_news(now, &mut self.backend) {
-            applied = news.applied;
+            for (name, caps) in news.applied {
+                if let Some(t) = roster.get_mut(&name) {
+                    t.caps = caps;
+                }
+            }
             for (name, e) in news.errors {
                 // The next interval writes them again.
                 warn!(tenant = %name, "applying the cluster's allocation: {e}");
             }
         }
-        let early = look && self.controller.look(now, &mut self.backend);
-        (applied, early)
+        look && self.controller.look(now, &mut self.backend)
     }
 
     /// Starts deciding for a tenant whose backend is connected.
@@ -344,17 +289,50 @@ impl DeviceLoop {
         self.controller.update_spec(spec);
     }
 
-    pub(super) fn stop_deciding(&mut self, name: &str) {
-        self.controller.remove_tenant(name);
+    /// The limits a cgroup under `root` has on this device now, as they
+    /// are put back on release.
+    pub(super) fn cgroup_original(
+        &self,
+        root: &Path,
+        cgroup: &Path,
+    ) -> Result<Original, HostError> {
+        Ok(Original::Cgroup {
+            root: root.to_path_buf(),
+            cgroup: cgroup.to_path_buf(),
+            device: self.config.id,
+            caps: self.backend.cgroups.controller().caps(cgroup)?,
+        })
     }
 
-    /// The limits a cgroup has on this device now.
-    pub(super) fn cgroup_caps(&self, cgroup: &Path) -> Result<Caps, HostError> {
-        self.backend.cgroups.controller().caps(cgroup)
-    }
-
-    pub(super) fn connect_cgroup(&mut self, name: &str, cgroup: PathBuf) {
-        self.backend.cgroups.add_tenant(name, cgroup);
+    /// Connects a found tenant to the backend that reaches it and returns
+    /// the limits to put back on release: `kept`, or those it has now. On
+    /// an error nothing of it is left connected. `via.throttle_group`: a
+    /// libvirt VM's disks share that QEMU throttle group.
+    pub(super) fn reach(
+        &mut self,
+        found: &Found,
+        kept: Option<Original>,
+        via: Reach<'_>,
+    ) -> Result<Original, HostError> {
+        match &found.kind {
+            FoundKind::Libvirt { domain, uuid, disk } => {
+                let vm = DomainInfo {
+                    name: domain.clone(),
+                    uuid: uuid.clone(),
+                    disks: vec![disk.clone()],
+                };
+                self.connect_libvirt(via.libvirt_uri, &found.name, vm, via.throttle_group, kept)
+            }
+            FoundKind::Qmp { socket, drive } => self.connect_qmp(&found.name, socket, drive, kept),
+            FoundKind::Cgroup(rel) => {
+                let original = match kept {
+                    Some(kept) => kept,
+                    None => self.cgroup_original(via.cgroup_root, rel)?,
+                };
+                self.backend.cgroups.add_tenant(&found.name, rel.clone());
+                Ok(original)
+            }
+        }
     }
 
     /// A tenant whose caps go, added up with its siblings', to `holder`
@@ -365,7 +343,7 @@ impl DeviceLoop {
 
     /// Connects a QEMU drive; returns the limits to put back on release:
     /// `kept`, or those it has now. On an error it is not left connected.
-    pub(super) fn connect_qmp(
+    fn connect_qmp(
         &mut self,
         name: &str,
         socket: &Path,
@@ -393,7 +371,7 @@ impl DeviceLoop {
     /// Connects the one disk of `vm` through libvirt at `uri` (reached on
     /// first use), its caps in QEMU throttle group `shared` if given;
     /// returns the limits to put back as [`DeviceLoop::connect_qmp`] does.
-    pub(super) fn connect_libvirt(
+    fn connect_libvirt(
         &mut self,
         uri: &str,
         name: &str,
@@ -434,15 +412,26 @@ impl DeviceLoop {
         self.backend.libvirt = None;
     }
 
-    /// Puts a tenant's original limits back, through this device's
-    /// backends (a QMP socket serves one client at a time).
-    pub(super) fn restore_limits(&mut self, name: &str, original: &Original) -> anyhow::Result<()> {
-        super::adoption::restore(name, original, Some(&mut self.backend))
+    /// Stops deciding for a tenant, puts its `original` limits back (if
+    /// given) through this device's backends (a QMP socket serves one
+    /// client at a time) and takes it out of every backend. Returns how the
+    /// restore went, and the cgroup its caps were shared at if no tenant
+    /// shares it any more.
+    pub(super) fn release(
+        &mut self,
+        name: &str,
+        original: Option<&Original>,
+    ) -> (anyhow::Result<()>, Option<PathBuf>) {
+        self.controller.remove_tenant(name);
+        let restored = original.map_or(Ok(()), |original| {
+            super::adoption::restore(name, original, Some(&mut self.backend))
+        });
+        (restored, self.disconnect(name))
     }
 
     /// Takes a tenant out of every backend; returns the cgroup its caps
     /// were shared at if no tenant shares it any more.
-    pub(super) fn disconnect(&mut self, name: &str) -> Option<PathBuf> {
+    fn disconnect(&mut self, name: &str) -> Option<PathBuf> {
         self.backend.qmp.remove_tenant(name);
         if let Some(l) = self.backend.libvirt.as_mut() {
             l.remove_tenant(name);
@@ -452,8 +441,16 @@ impl DeviceLoop {
     }
 
     /// One interval of this device: its controller decides and applies, the
-    /// device's state is noted, and what each tenant got is returned.
-    pub(super) fn tick(&mut self, now: Duration, early: bool) -> DeviceTick {
+    /// device's state is noted, and each tenant in `roster` takes what the
+    /// interval did to it (`dt`: its length in seconds). Returns the
+    /// decision time.
+    pub(super) fn tick(
+        &mut self,
+        now: Duration,
+        early: bool,
+        roster: &mut Roster,
+        dt: f64,
+    ) -> Duration {
         let report = if early {
             self.controller.tick_early(now, &mut self.backend)
         } else {
@@ -466,28 +463,30 @@ impl DeviceLoop {
         }
         let mut errors: HashMap<String, String> = report.errors.into_iter().collect();
         let verdicts = &report.verdicts.tenants;
-        let tenants = report
-            .samples
-            .iter()
-            .zip(&report.applied)
-            .enumerate()
-            .map(|(i, (sample, caps))| TenantOutcome {
-                name: sample.spec.name.clone(),
-                caps: *caps,
-                usage: sample.usage,
-                view: sample
-                    .usage
-                    .as_ref()
-                    .map(|u| UsageView::new(u, self.cost.cost_rate(u))),
-                // A policy that gave no verdict for it judged nothing.
-                floor_met: verdicts.get(i).and_then(|v| v.floor_met),
-                error: errors.remove(&sample.spec.name),
-            })
-            .collect();
-        DeviceTick {
-            tenants,
-            decision_time: report.decision_time,
+        let outcomes =
+            report
+                .samples
+                .iter()
+                .zip(&report.applied)
+                .enumerate()
+                .map(|(i, (sample, caps))| TenantOutcome {
+                    name: sample.spec.name.clone(),
+                    caps: *caps,
+                    usage: sample.usage,
+                    view: sample
+                        .usage
+                        .as_ref()
+                        .map(|u| UsageView::new(u, self.cost.cost_rate(u))),
+                    // A policy that gave no verdict for it judged nothing.
+                    floor_met: verdicts.get(i).and_then(|v| v.floor_met),
+                    error: errors.remove(&sample.spec.name),
+                });
+        for outcome in outcomes {
+            if let Some(t) = roster.get_mut(&outcome.name) {
+                t.absorb(outcome, dt);
+            }
         }
+        report.decision_time
     }
 
     /// Notes what the interval showed of the device: its counters, the

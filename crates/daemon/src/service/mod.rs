@@ -9,18 +9,21 @@
 //! unavailable for the interval and is logged once (again only when the
 //! message changes, and once more when it recovers); the others carry on.
 //!
-//! The service composes owned parts, each a type in its own file: the
-//! `roster` (tenants, the API's overrides, the cluster's floors, the spec a
-//! tenant is controlled by), the `finder` (what the config matches now,
-//! what failed to be adopted and when to try again, libvirt's connection
-//! for discovery), one `DeviceLoop` per device (`devices`: its controller
-//! and backends; an interval returns what it did to each tenant) and the
-//! `TickClock` (`timing`). What joins them is the service's: `adoption`
-//! (adopting and releasing tenants, and the limits they had before),
-//! `publish` (view, metrics, sample stream, admission), `patch` (changes
-//! from the API) and `reload` (SIGHUP and the API's reload). Adoption and
-//! publishing still reach into a device loop's backends and state, and a
-//! tenant's record is plain data: the next step is methods for those.
+//! The service composes owned parts, each a type in its own file with its
+//! methods beside it: the `roster` (tenants, the API's overrides, the
+//! cluster's floors, the spec a tenant is controlled by), the `finder`
+//! (what the config matches now, what failed to be adopted and when to try
+//! again, libvirt's connection for discovery), one `DeviceLoop` per device
+//! (`devices`: its controller and backends; it reaches a found tenant,
+//! runs an interval and hands each tenant what it did, releases a tenant
+//! with its limits put back) and the `TickClock` (`timing`). `impl
+//! Service`, all of it in this file, only coordinates them: an interval,
+//! adopting and releasing (with the state file), publishing, the API's
+//! patches and reloads. What those need beyond the parts is in free
+//! functions of their own files: `adoption` (a tenant's spec, the limits
+//! kept or recorded, where a group's limit is held), `publish` (views,
+//! admission), `patch` (a change checked) and `reload` (the file read
+//! again, which entries still hold their tenants).
 //!
 mod adoption;
 mod devices;
@@ -40,22 +43,22 @@ pub use patch::{Patch, PatchError};
 pub use reload::ReloadError;
 
 use crate::config::Config;
-use crate::discovery::Found;
+use crate::discovery::{Found, FoundKind};
 use crate::metrics::Metrics;
-use crate::ownership::Ownership;
+use crate::ownership::{Entry, Ownership};
 pub use crate::view::TickTiming;
-use crate::view::{Reload, Status, TenantView, View};
-use devices::{build_device, DeviceLoop};
-use finder::Finder;
+use crate::view::{AdmissionView, DeviceState, Reload, Status, TenantView, View};
+use devices::{build_device, DeviceLoop, Reach};
+use finder::{Finder, Finding};
 use iofloor_core::TenantSpec;
 use roster::{Roster, Tenant};
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use timing::{ReadTime, TickClock};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// How long a QMP command may take before the VM counts as unavailable.
 const QMP_TIMEOUT: Duration = Duration::from_millis(500);
@@ -232,14 +235,14 @@ impl Service {
 
     /// The spec the tenant found as `found` under config entry `entry` is
     /// controlled by ([`Roster::spec_for`]).
-    pub(super) fn spec_for(&self, entry: usize, found: &Found) -> TenantSpec {
+    fn spec_for(&self, entry: usize, found: &Found) -> TenantSpec {
         self.roster
             .spec_for(&self.config, entry, found, self.cgroup_v2)
     }
 
     /// Puts a tenant's new spec in force: in the roster and its device's
     /// controller, from the next interval.
-    pub(super) fn put_spec(&mut self, name: &str, spec: TenantSpec) {
+    fn put_spec(&mut self, name: &str, spec: TenantSpec) {
         let Some(t) = self.roster.get_mut(name) else {
             return;
         };
@@ -384,5 +387,336 @@ impl Service {
         self.ownership.finish()?;
         info!("stopped; every limit iofloor set was restored");
         Ok(())
+    }
+
+    /// One interval: discovery, then each device's controller, then
+    /// publishing. Returns the longest decision time.
+    fn tick(&mut self, at: ReadTime, early: bool) -> Duration {
+        self.reconcile();
+        self.sync_cluster_floors();
+        let dt = self.clock.begin(self.clock.time_of(at));
+        let mut decision = Duration::ZERO;
+        for (di, d) in self.devices.iter_mut().enumerate() {
+            if d.check_presence(self.roster.on_device_mut(di)) {
+                let now = self.clock.time_of(at);
+                decision = decision.max(d.tick(now, early, &mut self.roster, dt));
+            }
+        }
+        self.publish(self.clock.time_of(at));
+        decision
+    }
+
+    /// Between intervals, on every present device: a cluster allocation
+    /// that arrived is applied, and with `look` the device is looked at.
+    /// True when one of the policies wants to decide now.
+    fn between_intervals(&mut self, now: Duration, look: bool) -> bool {
+        let mut early = false;
+        for d in &mut self.devices {
+            early |= d.between_intervals(now, look, &mut self.roster);
+        }
+        early
+    }
+
+    /// Finds tenants, adopts new ones, drops vanished ones.
+    fn reconcile(&mut self) {
+        let Finding {
+            found,
+            libvirt_unknown,
+            runtimes_down,
+        } = self
+            .finder
+            .find(&self.config, &self.cgroup_root, self.cgroup_v2);
+        let present: HashSet<&str> = found.iter().map(|f| f.name.as_str()).collect();
+        // libvirt that could not be asked says nothing of its domains: its
+        // tenants stay (unavailable while it cannot be read), never dropped.
+        let gone: Vec<String> = self
+            .roster
+            .tenants()
+            .filter(|t| {
+                let kept = (libvirt_unknown && matches!(t.found.kind, FoundKind::Libvirt { .. }))
+                    || t.found
+                        .container
+                        .as_ref()
+                        .is_some_and(|c| runtimes_down.contains(&c.runtime));
+                !(present.contains(t.found.name.as_str()) || kept)
+            })
+            .map(|t| t.found.name.clone())
+            .collect();
+        for name in gone {
+            info!(tenant = %name, "gone; dropped");
+            self.release(&name);
+            self.roster.forget_overrides(&name);
+        }
+        self.finder.forget_absent(&present);
+        let mut adopted = Vec::new();
+        for f in found {
+            let moved = self.roster.get(&f.name).is_some_and(|t| t.found != f);
+            if moved {
+                self.release(&f.name);
+            }
+            if !self.roster.contains(&f.name) && self.finder.due(&f.name, self.clock.ticks()) {
+                adopted.push(f.name.clone());
+                self.adopt(f);
+            }
+        }
+        if let Err(e) = self.ownership.flush() {
+            // Their limits are not on disk: they must not be written to.
+            adopted.retain(|n| self.roster.contains(n));
+            for name in &adopted {
+                warn!(tenant = %name, "not adopted, the state file cannot be written: {e}");
+                self.abandon(name);
+            }
+        }
+    }
+
+    /// Adopts a found tenant: stages its current limits for the state file,
+    /// which [`Service::reconcile`] writes before anything is written to it.
+    fn adopt(&mut self, found: Found) {
+        let entry = &self.config.tenants[found.entry];
+        let device = entry.device;
+        let spec = Arc::new(self.spec_for(found.entry, &found));
+        let throttle_group = adoption::throttle_group(entry, &spec);
+        let via = Reach {
+            cgroup_root: &self.cgroup_root,
+            libvirt_uri: &self.config.libvirt_uri,
+            throttle_group: throttle_group.as_deref(),
+        };
+        let kept = adoption::kept_original(&self.ownership, &found);
+        let original = match self.devices[device].reach(&found, kept, via) {
+            Ok(original) => original,
+            Err(e) => {
+                // Gone between discovery and now, its limits unreadable, or
+                // its VM's monitor or libvirt not answering: never written
+                // to; tried again with the finder's backoff.
+                let message = format!("cannot adopt: {e}");
+                self.finder
+                    .failed(&found.name, &message, self.clock.ticks());
+                return;
+            }
+        };
+        // On disk with the reconcile's flush, before the controller's next write.
+        self.ownership.stage(Entry {
+            tenant: found.name.clone(),
+            original,
+        });
+        if let FoundKind::Cgroup(rel) = &found.kind {
+            self.share_group_limit(device, &found, &spec, rel);
+        }
+        self.devices[device].start_deciding(spec.clone());
+        self.finder.adopted(&found.name);
+        info!(tenant = %found.name, path = %found.path(&self.cgroup_root).display(), "adopted");
+        self.roster
+            .insert(found.name.clone(), Tenant::new(found, spec, device));
+    }
+
+    /// A member of a pod or of a `[[group]]` with a cgroup of its own, on
+    /// cgroup v2 ([`adoption::group_holder`]): its caps go to that cgroup,
+    /// added up, whose limits are recorded first as a tenant's.
+    fn share_group_limit(&mut self, device: usize, found: &Found, spec: &TenantSpec, rel: &Path) {
+        let entry = &self.config.tenants[found.entry];
+        let Some((cgroup, key)) = adoption::group_holder(entry, found, spec, rel, self.cgroup_v2)
+        else {
+            return;
+        };
+        let d = &mut self.devices[device];
+        let recorded = self.ownership.get(&key).is_some()
+            || match d.cgroup_original(&self.cgroup_root, &cgroup) {
+                Ok(original) => {
+                    self.ownership.stage(Entry {
+                        tenant: key,
+                        original,
+                    });
+                    true
+                }
+                Err(e) => {
+                    debug!(tenant = %found.name, "group cgroup limits unreadable ({e}): caps stay on the member");
+                    false
+                }
+            };
+        if recorded {
+            d.share_cgroup_limit(&found.name, cgroup);
+        }
+    }
+
+    /// Stops controlling a tenant and restores its original limits; false
+    /// if they could not be restored (kept in the state file).
+    fn release(&mut self, name: &str) -> bool {
+        let Some(t) = self.roster.remove(name) else {
+            return true;
+        };
+        let original = self.ownership.get(name).map(|e| e.original.clone());
+        let (restored, freed) = self.devices[t.device].release(name, original.as_ref());
+        if let Err(e) = &restored {
+            warn!(tenant = %name, "could not restore its limits: {e}");
+        }
+        let restored = restored.is_ok();
+        let mut pod_restored = true;
+        // The pod's last container: the pod's cgroup gets its limits back
+        // (kept in the state file if that fails, as a tenant's are).
+        if let (Some(_), Some(g)) = (freed, &t.spec.group) {
+            if let Some((key, original)) = adoption::recorded_holder(&self.ownership, &g.name) {
+                match adoption::restore(&key, &original, None) {
+                    Ok(()) => self.ownership.forget(&key),
+                    Err(err) => {
+                        warn!(group = %g.name, "could not restore the pod cgroup's limits: {err}");
+                        pod_restored = false;
+                    }
+                }
+            }
+        }
+        if restored {
+            self.ownership.forget(name);
+        }
+        let view = {
+            let mut view = self.shared.view.lock().unwrap();
+            view.history.remove(name);
+            view.tenants.remove(name)
+        };
+        if let Some(v) = view {
+            self.shared.metrics.forget_tenant(&v);
+        }
+        restored && pod_restored
+    }
+
+    /// Undoes an adoption whose record never reached the disk: nothing was
+    /// written to the tenant, so nothing is restored.
+    fn abandon(&mut self, name: &str) {
+        if let Some(t) = self.roster.remove(name) {
+            // Nothing was written to it: nothing to restore.
+            let _ = self.devices[t.device].release(name, None);
+        }
+        self.ownership.forget(name);
+    }
+
+    /// Copies the state to the view, the metrics and the sample stream.
+    fn publish(&mut self, now: Duration) {
+        let devices: Vec<DeviceState> = self.devices.iter().map(|d| d.state().clone()).collect();
+        for (di, d) in self.devices.iter().enumerate() {
+            self.shared
+                .metrics
+                .device(d.state(), self.roster.count_on(di));
+        }
+        let admission = self.admission(None);
+        let cluster = publish::cluster_view(&self.shared, &self.config);
+        if let Some(c) = &cluster {
+            self.shared.metrics.cluster(c);
+        }
+        let views: Vec<TenantView> = self
+            .roster
+            .tenants()
+            .map(|t| t.view(&self.devices[t.device], &self.cgroup_root))
+            .collect();
+        let mut view = self.shared.view.lock().unwrap();
+        view.now = now.as_secs_f64();
+        self.clock.show(&mut view.status);
+        view.status.policy = self.config.policy.as_str().into();
+        view.status.interval_s = self.config.interval.as_secs_f64();
+        view.status.devices = devices;
+        view.status.last_reload = self.last_reload.clone();
+        view.status.cluster = cluster;
+        view.admission = admission;
+        let ticked = self.clock.ticks() > 0;
+        publish::show_tenants(&self.shared, &mut view, views, &self.roster, ticked);
+    }
+
+    /// Admission verdict per device, with `change` (a tenant's new spec)
+    /// put in place of the current one.
+    fn admission(&self, change: Option<&TenantSpec>) -> Vec<AdmissionView> {
+        let usable_share = self.config.params.floor.target_utilisation;
+        publish::admission(&self.devices, &self.roster, usable_share, change)
+    }
+
+    /// A floor, ceiling or weight change from the API: checked, refused if
+    /// the floors would no longer fit, else in force from the next interval.
+    fn patch(&mut self, name: &str, patch: Patch) -> Result<TenantView, PatchError> {
+        let t = self
+            .roster
+            .get(name)
+            .ok_or_else(|| PatchError::NotFound(format!("no tenant `{name}`")))?;
+        let cluster_floor = self.roster.has_cluster_floor(name);
+        let (spec, raises_floor) = patch::checked(&self.config, t, &patch, cluster_floor)?;
+        if raises_floor {
+            let verdicts = self.admission(Some(&spec));
+            if let Some(v) = verdicts
+                .into_iter()
+                .nth(t.device)
+                .filter(|v| v.total_floor_cost > v.usable_capacity * (1.0 + 1e-9))
+            {
+                return Err(PatchError::Refused {
+                    message: format!("refused: the new floor does not fit: {}", v.summary),
+                    admission: v,
+                });
+            }
+        }
+        info!(tenant = %name, floor = ?spec.floor, ceiling = ?spec.ceiling, weight = spec.weight, "changed through the API");
+        self.put_spec(name, spec);
+        self.roster.add_override(name, &patch);
+        let t = self.roster.get(name).expect("looked up above");
+        let view = t.view(&self.devices[t.device], &self.cgroup_root);
+        self.shared
+            .view
+            .lock()
+            .unwrap()
+            .tenants
+            .insert(name.to_string(), view.clone());
+        Ok(view)
+    }
+
+    /// Reloads the config file. An invalid file, or one that changes what
+    /// needs a restart, is refused and the running config stays.
+    fn reload(&mut self) -> Result<String, ReloadError> {
+        let at = self.clock.now().as_secs_f64();
+        let outcome = reload::reread(&self.config).map(|new| {
+            self.take_config(new);
+            // A fixed entry is tried at once, not after its backoff.
+            self.finder.retry_all();
+            let message = format!("reloaded {}", self.config.file.display());
+            info!("{message}");
+            message
+        });
+        if let Err(e) = &outcome {
+            warn!("{e}");
+        }
+        self.shared.metrics.reload(outcome.is_ok());
+        self.last_reload = Some(Reload {
+            ok: outcome.is_ok(),
+            message: match &outcome {
+                Ok(m) => m.clone(),
+                Err(e) => e.to_string(),
+            },
+            at,
+        });
+        self.shared.view.lock().unwrap().status.last_reload = self.last_reload.clone();
+        outcome
+    }
+
+    /// Puts `new` in force: tenants whose entry is still there get its
+    /// promise now; those no longer configured are released.
+    fn take_config(&mut self, new: Config) {
+        *self.shared.token.lock().unwrap() = new.api.token.clone();
+        let old = std::mem::replace(&mut self.config, new);
+        for name in self.roster.names() {
+            let Some(t) = self.roster.get(&name) else {
+                continue;
+            };
+            match reload::entry_kept(&old, &self.config, t.found.entry) {
+                Some(i) => {
+                    let spec = self.spec_for(i, &t.found);
+                    if let Some(t) = self.roster.get_mut(&name) {
+                        t.found.entry = i;
+                    }
+                    self.put_spec(&name, spec);
+                }
+                None => {
+                    info!(tenant = %name, "no longer configured as it was; released");
+                    self.release(&name);
+                }
+            }
+        }
+        if old.libvirt_uri != self.config.libvirt_uri {
+            for d in &mut self.devices {
+                d.forget_libvirt();
+            }
+        }
     }
 }

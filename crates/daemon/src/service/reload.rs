@@ -1,11 +1,8 @@
 //! Reloading the config (SIGHUP, the API): an invalid file, or one that
 //! changes what needs a restart, is refused and the running config stays.
 
-use super::Service;
 use crate::config::TenantSource;
 use crate::config::{Config, ConfigError};
-use crate::view::Reload;
-use tracing::{info, warn};
 
 /// Why a reload was refused; the running config stays.
 #[derive(Debug, thiserror::Error)]
@@ -51,80 +48,28 @@ fn needing_restart(old: &Config, new: &Config) -> Vec<&'static str> {
     changed
 }
 
-impl Service {
-    /// Reloads the config file. An invalid file, or one that changes what
-    /// needs a restart, is refused and the running config stays.
-    pub(super) fn reload(&mut self) -> Result<String, ReloadError> {
-        let at = self.clock.now().as_secs_f64();
-        let outcome = Config::load(&self.config.file)
-            .map_err(ReloadError::from)
-            .and_then(|new| match needing_restart(&self.config, &new) {
-                changed if changed.is_empty() => Ok(new),
-                changed => Err(ReloadError::NeedsRestart(changed)),
-            })
-            .map(|new| {
-                self.take_config(new);
-                // A fixed entry is tried at once, not after its backoff.
-                self.finder.retry_all();
-                let message = format!("reloaded {}", self.config.file.display());
-                info!("{message}");
-                message
-            });
-        if let Err(e) = &outcome {
-            warn!("{e}");
-        }
-        self.shared.metrics.reload(outcome.is_ok());
-        self.last_reload = Some(Reload {
-            ok: outcome.is_ok(),
-            message: match &outcome {
-                Ok(m) => m.clone(),
-                Err(e) => e.to_string(),
-            },
-            at,
-        });
-        self.shared.view.lock().unwrap().status.last_reload = self.last_reload.clone();
-        outcome
+/// The config file read again for a reload of `old`: refused when it is
+/// invalid or changes what needs a restart.
+pub(super) fn reread(old: &Config) -> Result<Config, ReloadError> {
+    let new = Config::load(&old.file)?;
+    match needing_restart(old, &new) {
+        changed if changed.is_empty() => Ok(new),
+        changed => Err(ReloadError::NeedsRestart(changed)),
     }
+}
 
-    /// Puts `new` in force: tenants whose entry is still there get its
-    /// promise now; those no longer configured are released.
-    fn take_config(&mut self, new: Config) {
-        *self.shared.token.lock().unwrap() = new.api.token.clone();
-        let old = std::mem::replace(&mut self.config, new);
-        for name in self.roster.names() {
-            let Some(t) = self.roster.get(&name) else {
-                continue;
-            };
-            let old_entry = &old.tenants[t.found.entry];
-            // A new libvirt URI or `share` is a new way to reach or cap the
-            // tenant: released here, adopted again as the new config says.
-            let same_libvirt = !matches!(old_entry.source, TenantSource::Libvirt { .. })
-                || old.libvirt_uri == self.config.libvirt_uri;
-            let kept = self.config.tenants.iter().position(|e| {
-                e.name == old_entry.name
-                    && e.source == old_entry.source
-                    && e.device == old_entry.device
-                    && e.share == old_entry.share
-                    && same_libvirt
-            });
-            match kept {
-                Some(i) => {
-                    let spec = self.spec_for(i, &t.found);
-                    if let Some(t) = self.roster.get_mut(&name) {
-                        t.found.entry = i;
-                    }
-                    self.put_spec(&name, spec);
-                }
-                None => {
-                    info!(tenant = %name, "no longer configured as it was; released");
-                    self.release(&name);
-                }
-            }
-        }
-        if old.libvirt_uri != self.config.libvirt_uri {
-            for d in &mut self.devices {
-                d.forget_libvirt();
-            }
-        }
-    }
+/// Where a tenant adopted under `old`'s entry `entry` is in `new`, if it is
+/// still controlled the same way. A new libvirt URI or `share` is a new way
+/// to reach or cap the tenant: released, then adopted again as `new` says.
+pub(super) fn entry_kept(old: &Config, new: &Config, entry: usize) -> Option<usize> {
+    let old_entry = &old.tenants[entry];
+    let same_libvirt = !matches!(old_entry.source, TenantSource::Libvirt { .. })
+        || old.libvirt_uri == new.libvirt_uri;
+    new.tenants.iter().position(|e| {
+        e.name == old_entry.name
+            && e.source == old_entry.source
+            && e.device == old_entry.device
+            && e.share == old_entry.share
+            && same_libvirt
+    })
 }

@@ -33,6 +33,26 @@ pub(super) struct Tenant {
     pub(super) error: Option<String>,
 }
 
+impl Tenant {
+    /// A tenant just adopted on device `device`, nothing applied or seen yet.
+    pub(super) fn new(found: Found, spec: Arc<TenantSpec>, device: usize) -> Tenant {
+        Tenant {
+            overridden: false,
+            found,
+            spec,
+            device,
+            caps: Caps::NONE,
+            throttled_seconds: 0.0,
+            throttled_for: 0.0,
+            usage: None,
+            last_mix: None,
+            floor_met: None,
+            available: true,
+            error: None,
+        }
+    }
+}
+
 #[derive(Default)]
 pub(super) struct Roster {
     tenants: BTreeMap<String, Tenant>,

@@ -99,6 +99,14 @@ impl TickClock {
         self.started.elapsed()
     }
 
+    /// The time an interval is read at: `at`'s, or now.
+    pub(super) fn time_of(&self, at: ReadTime) -> Duration {
+        match at {
+            ReadTime::At(now) => now,
+            ReadTime::Live => self.now(),
+        }
+    }
+
     /// Intervals begun so far.
     pub(super) fn ticks(&self) -> u64 {
         self.ticks
