@@ -377,9 +377,7 @@ impl MixMemory {
     pub(crate) fn observe(&mut self, tenants: &[TenantSample]) -> Vec<Option<Usage>> {
         let mut mixes = self.mixes.take(tenants);
         for (mix, t) in mixes.iter_mut().zip(tenants) {
-            if let Some(u) = t.usage.filter(|u| !u.is_idle()) {
-                *mix = Some(u);
-            }
+            *mix = mix_seen(*mix, t);
         }
         mixes
     }
@@ -387,6 +385,12 @@ impl MixMemory {
     pub(crate) fn keep(&mut self, mixes: Vec<Option<Usage>>) {
         self.mixes.put_back(mixes);
     }
+}
+
+/// A tenant's mix as [`MixMemory`] keeps it: this interval's where it did
+/// I/O, else the one `remembered`.
+pub(crate) fn mix_seen(remembered: Option<Usage>, t: &TenantSample) -> Option<Usage> {
+    t.usage.filter(|u| !u.is_idle()).or(remembered)
 }
 
 /// Groups' floors, ceilings (infinite without one) and weights in cost
@@ -398,13 +402,13 @@ pub(crate) struct PricedGroups {
     pub weight: Vec<f64>,
 }
 
-pub(crate) fn price_groups(
+pub(crate) fn price_groups<'m>(
     tree: &crate::hierarchy::Tree,
-    mixes: &[Option<Usage>],
+    mixes: impl IntoIterator<Item = &'m Option<Usage>>,
     cost: &CostModel,
 ) -> PricedGroups {
     use crate::model::DirUsage;
-    let parts = tree.sum_up_each(mixes.iter().map(|m| {
+    let parts = tree.sum_up_each(mixes.into_iter().map(|m| {
         m.map_or([0.0; 6], |u| {
             [
                 u.read.ios,
