@@ -384,13 +384,10 @@ impl CapacityLoop {
     /// Ages what the loop remembers by one interval.
     fn age(&mut self) {
         self.curve.age();
-        self.ceiling = self
-            .ceiling
-            .map(|c| Ceiling {
-                age: c.age + 1,
-                ..c
-            })
-            .filter(|c| c.age <= MEMORY_INTERVALS);
+        if let Some(c) = &mut self.ceiling {
+            c.age += 1;
+        }
+        self.ceiling = self.ceiling.filter(|c| c.age <= MEMORY_INTERVALS);
     }
 
     /// A tenant that stopped in the last interval was short there, which
@@ -589,10 +586,9 @@ impl CapacityLoop {
             && !self.waiting(point)
             && self.curve.linear_up_to(point)
         {
-            self.ceiling = self.ceiling.map(|c| Ceiling {
-                level: ceiling * (1.0 + PROBE_STEP),
-                ..c
-            });
+            if let Some(c) = &mut self.ceiling {
+                c.level = ceiling * (1.0 + PROBE_STEP);
+            }
         }
     }
 
