@@ -99,7 +99,7 @@ impl Curve {
 
     /// Adds a point, first dropping those it contradicts (the newer wins:
     /// a device changes, noise does not pass these margins); a full one
-    /// outlives the others when the ring is full.
+    /// and the least latency's outlive the others when the ring is full.
     pub fn add(&mut self, point: CurvePoint) {
         // Delivered over two whole intervals in a row: one alone may be a
         // throttle's burst allowance after a lull (the rig: 1.2 of itself).
@@ -107,7 +107,14 @@ impl Curve {
         self.delivered.push_back((sustained, point.age));
         self.points.retain(|old| !old.contradicted_by(&point));
         if self.points.len() == POINTS {
-            let oldest = self.points.iter().position(|p| p.kind != PointKind::Full);
+            // The least latency stays for its memory as a full point does:
+            // a device held at its plateau for a minute otherwise showed
+            // its queued latency as its own, unqueued.
+            let least = self.least_latency_us();
+            let oldest = self
+                .points
+                .iter()
+                .position(|p| p.kind != PointKind::Full && Some(p.latency_us) != least);
             self.points.remove(oldest.unwrap_or(0));
         }
         self.points.push_back(point);
@@ -151,6 +158,13 @@ impl Curve {
     pub fn plateau(&self) -> Option<f64> {
         let full = self.points.iter().filter(|p| p.kind == PointKind::Full);
         full.map(|p| p.served).reduce(f64::max)
+    }
+
+    /// Intervals since the newest point that found the device full; `None`
+    /// while none has.
+    pub fn plateau_age(&self) -> Option<u32> {
+        let full = self.points.iter().filter(|p| p.kind == PointKind::Full);
+        full.map(|p| p.age).min()
     }
 
     /// The least latency seen (µs): the device's own (BBR's minimum RTT).

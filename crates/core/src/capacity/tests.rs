@@ -150,15 +150,54 @@ fn an_overload_is_what_was_served_and_its_long_queue_is_drained() {
     // queues there (a device at its plateau does).
     c.update(&seen(0.8, 2.0, 600.0));
     assert_eq!(c.estimate(), 0.85);
-    for _ in 2..MEMORY_INTERVALS {
+    for _ in 2..MEMORY_INTERVALS / 2 {
         c.update(&seen(0.82, 4.0, 1_200.0));
         assert!(c.estimate() <= 0.85 * (1.0 + 1e-9), "{}", c.estimate());
     }
-    // Forgotten after the memory: the model again, as the level to regain.
+    // The same work at twice the queue contradicted the drained point: 1,200
+    // µs is all the device shows of its latency. Answering there with the
+    // plateau half the memory old, it is probed past, and served follows.
     for _ in 0..10 {
         c.update(&seen(c.estimate() * 0.97, 2.0, 600.0));
     }
     assert!(c.estimate() > 0.95, "{}", c.estimate());
+}
+
+#[test]
+fn a_plateau_is_probed_half_the_memory_later_only_where_the_device_answers_unqueued() {
+    // Full at 0.6 while another host's load ran: a queue of 6 at 16 ms.
+    let full = |c: &mut CapacityLoop| {
+        c.update(&seen(0.6, 2.0, 6_000.0));
+        c.update(&Observation {
+            floor_share: Some(0.7),
+            ..seen(0.6, 6.0, 16_000.0)
+        });
+        assert_eq!(c.last_step().unwrap().plateau, Some(0.6));
+    };
+    // The load stays: the device queues at the level handed out, and the
+    // plateau holds for the whole memory.
+    let mut queued = CapacityLoop::new(settings(), 1.0);
+    full(&mut queued);
+    for _ in 0..MEMORY_INTERVALS - 2 {
+        let e = queued.estimate();
+        queued.update(&seen(e * 0.97, 4.0, 13_000.0));
+        assert!(queued.estimate() <= 0.6 * (1.0 + 1e-9), "{e}");
+    }
+    // The load left: the device answers at its least latency; half the
+    // memory on, probed past and regained.
+    let mut left = CapacityLoop::new(settings(), 1.0);
+    full(&mut left);
+    let mut first_probe = None;
+    for i in 0..MEMORY_INTERVALS / 2 + 20 {
+        let e = left.estimate();
+        left.update(&seen(e * 0.97, 2.0 * e / 0.6, 6_000.0));
+        if left.estimate() > 0.6 * (1.0 + 1e-9) {
+            first_probe.get_or_insert(i);
+        }
+    }
+    let first_probe = first_probe.expect("never probed past the plateau");
+    assert!(first_probe + 2 >= MEMORY_INTERVALS / 2, "{first_probe}");
+    assert!(left.estimate() > 0.95, "{}", left.estimate());
 }
 
 #[test]

@@ -198,6 +198,12 @@ struct TenantState {
     /// memory, may simply ask less, and its shortfall says nothing of the
     /// device's latency.
     since_floor_reached: u32,
+    /// The latency its I/Os saw (µs) in the last interval it used what its
+    /// floor entitles it to: a shortfall since is the device's only as far
+    /// as latency rose from there ([`device_explained_share`]).
+    latency_at_floor_us: Option<f64>,
+    /// What it used in the interval (cost units per second).
+    used: f64,
 }
 
 impl Default for TenantState {
@@ -208,6 +214,8 @@ impl Default for TenantState {
             latency_floor_us: None,
             active: false,
             since_floor_reached: u32::MAX,
+            latency_at_floor_us: None,
+            used: 0.0,
         }
     }
 }
@@ -350,7 +358,10 @@ impl FloorPolicy {
     /// A decision; `early_seen` is the device over the stretch a look saw
     /// when it is an early one (`Policy::decide_early`).
     fn decide_on(&mut self, snapshot: &Snapshot, early_seen: Option<&DeviceSample>) -> Vec<Caps> {
-        let priced = self.price(snapshot);
+        let device_latency_us = early_seen
+            .or(snapshot.device.as_ref())
+            .and_then(DeviceSample::mean_latency_us);
+        let priced = self.price(snapshot, device_latency_us);
         let device = self.judge_device(snapshot, &priced, early_seen);
         self.contended = device.contended;
         let tenants = self.estimate_demand(snapshot, &priced, &device);
@@ -389,6 +400,9 @@ struct PricedTenant {
     promised: bool,
     /// The tenant's best latency seen, for starvation (step 3).
     latency_floor: Option<f64>,
+    /// The latency its I/Os saw this interval (µs): its own where the
+    /// backend measures one, else the device's mean.
+    latency_us: Option<f64>,
     /// The cap that held the tenant over the interval ([`held_at`]).
     held: Option<f64>,
     /// For a member of a group enforced as one limit, whether it presses
@@ -639,7 +653,7 @@ impl TenantEvidence {
                 && t.presses_one_limit.is_none()
                 && held.is_none_or(|cap| u < HELD_AT_CAP * cap)
             {
-                let share = u / (t.own_floor * scale);
+                let share = device_explained_share(t, t.own_floor * scale);
                 if share < SHORT_OF_FLOOR {
                     tenant_share = Some(tenant_share.map_or(share, |s: f64| s.min(share)));
                 }
@@ -655,6 +669,38 @@ impl TenantEvidence {
             (a, b) => a.or(b),
         };
         evidence
+    }
+}
+
+/// A tenant's use ÷ `promise` where the device explains its shortfall, and
+/// 1 where it does not. A tenant keeping k I/Os in flight gets k ÷ R: from the latency R₀ at
+/// which it last reached its floor to R now, at the same depth it keeps
+/// R₀ ÷ R of what it had. So the first interval short after one at its
+/// floor is the device's where latency rose enough to explain it, or where
+/// the two intervals together fall short (a tenant held at the edge of its
+/// floor); beyond that it is its own arrivals (an open-loop tenant's quiet
+/// window), which no step down of the device would fill: read as latency,
+/// single windows of a Poisson QD-1 tenant at 94 % of its floor stepped the
+/// device down and held it there as a ceiling (simulated ramp on the
+/// rate-limited shape: the estimate 1.0 → 0.97 → 0.94 → 0.91). A second
+/// interval short in a row counts as it is: a tenant that reached its floor
+/// only by catching up a backlog did so at the latency that now holds it
+/// short (simulated ramp on the GC shape: q1 at 93 % for a minute at one
+/// latency).
+fn device_explained_share(t: &PricedTenant, promise: f64) -> f64 {
+    let share = t.usage / promise;
+    if t.prev.since_floor_reached != 0 {
+        return share;
+    }
+    let explained = match (t.prev.latency_at_floor_us, t.latency_us) {
+        (Some(at_floor), Some(now)) => at_floor / now <= share,
+        _ => false,
+    };
+    let over_two = (t.usage + t.prev.used) / (2.0 * promise);
+    if explained || over_two < SHORT_OF_FLOOR {
+        share
+    } else {
+        1.0
     }
 }
 
@@ -1095,7 +1141,7 @@ impl<'a> CapRules<'a> {
 impl FloorPolicy {
     /// Step 1: price each tenant's usage and floor in cost units with the
     /// cost model and the tenant's own I/O mix.
-    fn price(&mut self, snapshot: &Snapshot) -> Pricing {
+    fn price(&mut self, snapshot: &Snapshot, device_latency_us: Option<f64>) -> Pricing {
         let mut tenants = self.tenants.take(snapshot.tenants);
         let tree = self.tree_of(snapshot);
         let cost = &self.ctx.cost;
@@ -1125,6 +1171,11 @@ impl FloorPolicy {
                 own_floor,
                 promised: t.spec.floor.is_some(),
                 latency_floor: latency_floor_of(t, &prev),
+                latency_us: t
+                    .usage
+                    .and_then(|u| u.latency_us)
+                    .or(device_latency_us)
+                    .filter(|l| l.is_finite() && *l > 0.0),
                 held: held_at(prev.cap, t, cost),
                 presses_one_limit: None,
             };
@@ -1517,7 +1568,8 @@ impl FloorPolicy {
         let mut caps = Vec::with_capacity(tenants.len());
         for (t, d) in tenants.iter_mut().zip(decided) {
             let promise = t.own_floor * scale;
-            let since_floor_reached = if promise > 0.0 && t.usage >= SHORT_OF_FLOOR * promise {
+            let reached = promise > 0.0 && t.usage >= SHORT_OF_FLOOR * promise;
+            let since_floor_reached = if reached {
                 0
             } else {
                 t.prev.since_floor_reached.saturating_add(1)
@@ -1528,6 +1580,12 @@ impl FloorPolicy {
                 latency_floor_us: t.latency_floor,
                 active: t.usage > 0.0,
                 since_floor_reached,
+                used: t.usage,
+                latency_at_floor_us: if reached {
+                    t.latency_us.or(t.prev.latency_at_floor_us)
+                } else {
+                    t.prev.latency_at_floor_us
+                },
             };
             // The mix by reference: copied out of the record first, it
             // stalled `caps_for_cost` on its loads, a fifth more per
@@ -1858,6 +1916,48 @@ mod tests {
             calm[0].is_none_or(|c| c > 500.0),
             "a tenant that asks less holds nobody: {calm:?}"
         );
+    }
+
+    /// One window short of its floor at the latency it reached it at is the
+    /// tenant's own arrivals; the same window with latency risen enough to
+    /// explain it, short over the two windows, or the second short in a
+    /// row, is the device's.
+    #[test]
+    fn a_floor_short_is_the_devices_where_latency_or_persistence_explains_it() {
+        let reached = |latency_us: f64, used: f64| TenantState {
+            since_floor_reached: 0,
+            latency_at_floor_us: Some(latency_us),
+            used,
+            ..TenantState::default()
+        };
+        let tenant = |prev, usage, latency_us| PricedTenant {
+            prev,
+            usage,
+            latency_us: Some(latency_us),
+            ..PricedTenant::default()
+        };
+        // A quiet window after one at its ask, latency unchanged: its own.
+        let own = tenant(reached(500.0, 1.04), 0.94, 500.0);
+        assert_eq!(device_explained_share(&own, 1.0), 1.0);
+        // Latency up a fifth: at the same depth 0.83 of the rate, which
+        // explains 0.94.
+        let slower = tenant(reached(500.0, 1.04), 0.94, 600.0);
+        assert_eq!(device_explained_share(&slower, 1.0), 0.94);
+        // At the edge, 0.96 then 0.93: short over both.
+        let edge = tenant(reached(500.0, 0.96), 0.93, 500.0);
+        assert_eq!(device_explained_share(&edge, 1.0), 0.93);
+        // Short in the interval before as well: as it is.
+        let again = TenantState {
+            since_floor_reached: 1,
+            ..reached(500.0, 0.94)
+        };
+        assert_eq!(
+            device_explained_share(&tenant(again, 0.94, 500.0), 1.0),
+            0.94
+        );
+        // Never seen at its floor: as it is.
+        let never = tenant(TenantState::default(), 0.94, 500.0);
+        assert_eq!(device_explained_share(&never, 1.0), 0.94);
     }
 
     /// A tenant held near nothing (as through an overload) gets room back
