@@ -358,9 +358,7 @@ impl FloorPolicy {
     /// A decision; `early_seen` is the device over the stretch a look saw
     /// when it is an early one (`Policy::decide_early`).
     fn decide_on(&mut self, snapshot: &Snapshot, early_seen: Option<&DeviceSample>) -> Vec<Caps> {
-        let device_latency_us = early_seen
-            .or(snapshot.device.as_ref())
-            .and_then(DeviceSample::mean_latency_us);
+        let device_latency_us = device_seen(snapshot, early_seen).and_then(|d| d.mean_latency_us());
         let priced = self.price(snapshot, device_latency_us);
         let device = self.judge_device(snapshot, &priced, early_seen);
         self.contended = device.contended;
@@ -673,9 +671,9 @@ impl TenantEvidence {
 }
 
 /// A tenant's use ÷ `promise` where the device explains its shortfall, and
-/// 1 where it does not. A tenant keeping k I/Os in flight gets k ÷ R: from the latency R₀ at
-/// which it last reached its floor to R now, at the same depth it keeps
-/// R₀ ÷ R of what it had. So the first interval short after one at its
+/// 1 where it does not. A tenant keeping k I/Os in flight gets k ÷ R: from
+/// the latency R₀ at which it last reached its floor to R now, at the same
+/// depth it keeps R₀ ÷ R of what it had. So the first interval short after one at its
 /// floor is the device's where latency rose enough to explain it, or where
 /// the two intervals together fall short (a tenant held at the edge of its
 /// floor); beyond that it is its own arrivals (an open-loop tenant's quiet
@@ -701,6 +699,15 @@ fn device_explained_share(t: &PricedTenant, promise: f64) -> f64 {
         share
     } else {
         1.0
+    }
+}
+
+/// The device over what a decision judges: the stretch a look saw when it
+/// is an early one, else the interval.
+fn device_seen(snapshot: &Snapshot, early_seen: Option<&DeviceSample>) -> Option<DeviceSample> {
+    match (early_seen, snapshot.device) {
+        (Some(&seen), Some(_)) => Some(seen),
+        (_, dev) => dev,
     }
 }
 
@@ -1309,10 +1316,8 @@ impl FloorPolicy {
                 total
             }
         };
-        let (device, served) = match (early_seen, snapshot.device) {
-            (Some(&seen), Some(_)) => (Some(seen), completed(seen.iops)),
-            (_, dev) => (dev, dev.map_or(total, |d| completed(d.iops))),
-        };
+        let device = device_seen(snapshot, early_seen);
+        let served = device.map_or(total, |d| completed(d.iops));
         Observation {
             latency_us: device.and_then(|d| d.mean_latency_us()),
             avg_queue: device.map(|d| d.avg_queue),
